@@ -1,0 +1,33 @@
+// Linked only into CPU-only builds: CUDA tensors get a clear error instead of
+// the dispatcher's generic "no kernel for backend" message.
+#include <torch/library.h>
+
+namespace {
+
+[[noreturn]] void cuda_not_built() {
+  TORCH_CHECK(false,
+              "verify.tree_attn: this build of verify_ops has no CUDA kernel. "
+              "Rebuild with a CUDA build of torch and a CUDA toolkit "
+              "(CUDA_HOME), or set VERIFY_OPS_BUILD_CUDA=1 to require it.");
+}
+
+at::Tensor tree_attn_unavailable(const at::Tensor&, const at::Tensor&,
+                                 const at::Tensor&, const at::Tensor&,
+                                 const at::Tensor&, const at::Tensor&,
+                                 const at::Tensor&, double) {
+  cuda_not_built();
+}
+
+void tree_attn_out_unavailable(const at::Tensor&, const at::Tensor&,
+                               const at::Tensor&, const at::Tensor&,
+                               const at::Tensor&, const at::Tensor&,
+                               const at::Tensor&, double, const at::Tensor&) {
+  cuda_not_built();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(verify, CUDA, m) {
+  m.impl("tree_attn", &tree_attn_unavailable);
+  m.impl("tree_attn_out", &tree_attn_out_unavailable);
+}

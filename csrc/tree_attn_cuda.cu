@@ -1,0 +1,194 @@
+// CUDA entry points for verify.tree_attn: argument checks, the split choice,
+// workspace from PyTorch's caching allocator, and launches on the current
+// stream. Nothing here reads tensor values, so it is safe to capture in a
+// CUDA graph (unless VERIFY_OPS_DEBUG=1 turns on the value checks).
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "tree_attn.h"
+#include "tree_attn_kernel.cuh"
+
+namespace verify_ops {
+namespace {
+
+constexpr const char* kOp = "verify.tree_attn";
+
+int multiprocessor_count(int device) {
+  static std::mutex mu;
+  static std::vector<int> counts;
+  std::lock_guard<std::mutex> lock(mu);
+  if (device >= static_cast<int>(counts.size())) counts.resize(device + 1, 0);
+  if (counts[device] == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device],
+                                          cudaDevAttrMultiProcessorCount, device));
+  }
+  return counts[device];
+}
+
+bool aligned_16(const at::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 &&
+         t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0;
+}
+
+// Splits along the KV sequence: enough CTAs to fill the GPU twice over, but a
+// split never covers fewer than `min_tokens`, so partials stay small next to
+// the KV bytes they summarize. Depends on shapes and the device only.
+int choose_num_splits(int64_t ctas_without_split, int sm_count, int64_t max_context,
+                      int min_tokens) {
+  const int64_t want = ceil_div64(2 * sm_count, std::max<int64_t>(ctas_without_split, 1));
+  const int64_t most = std::max<int64_t>(1, ceil_div64(max_context, min_tokens));
+  return static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 1024)));
+}
+
+template <typename T, int HEAD_DIM>
+void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
+            cudaStream_t stream) {
+  using Cfg = TileConfig<HEAD_DIM>;
+  const int64_t rows = params.rows_per_kv_head;
+  params.num_m_tiles = static_cast<int>(ceil_div64(rows, Cfg::kBlockM));
+  // Partials of a split are 8 * rows * HEAD_DIM bytes (written and read); a
+  // split's KV is 4 * tokens * HEAD_DIM bytes. Keep partials under ~1/8.
+  params.split_min_tokens = static_cast<int>(
+      ceil_div64(std::max<int64_t>(16 * rows, 4 * Cfg::kBlockN), Cfg::kBlockN) * Cfg::kBlockN);
+  const int64_t ctas = static_cast<int64_t>(params.batch) * params.num_kv_heads *
+                       params.num_m_tiles;
+  params.num_splits = choose_num_splits(ctas, multiprocessor_count(q.get_device()),
+                                        max_context,
+                                        params.split_min_tokens);
+
+  at::Tensor partial_out, partial_lse;
+  if (params.num_splits > 1) {
+    const int64_t n_rows = static_cast<int64_t>(params.batch) * params.num_drafts *
+                           params.num_q_heads;
+    partial_out = at::empty({params.num_splits, n_rows, HEAD_DIM},
+                            q.options().dtype(at::kFloat));
+    partial_lse = at::empty({params.num_splits, n_rows}, q.options().dtype(at::kFloat));
+    params.partial_out = partial_out.data_ptr<float>();
+    params.partial_lse = partial_lse.data_ptr<float>();
+  }
+
+  auto* kernel = tree_attn_kernel<T, HEAD_DIM>;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const dim3 grid(params.num_m_tiles * params.num_splits,
+                  params.batch * params.num_kv_heads);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+
+  if (params.num_splits > 1) {
+    constexpr int kMergeThreads = 128;
+    constexpr int kRowsPerBlock = kMergeThreads / (HEAD_DIM / 4);
+    const int64_t n_rows = static_cast<int64_t>(params.batch) * params.num_drafts *
+                           params.num_q_heads;
+    merge_splits_kernel<T, HEAD_DIM>
+        <<<ceil_div64(n_rows, kRowsPerBlock), kMergeThreads, 0, stream>>>(params);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
+template <typename T>
+void dispatch_head_dim(TreeAttnParams& params, int64_t head_dim, const at::Tensor& q,
+                       int64_t max_context, cudaStream_t stream) {
+  switch (head_dim) {
+    case 64: return launch<T, 64>(params, q, max_context, stream);
+    case 128: return launch<T, 128>(params, q, max_context, stream);
+    case 256: return launch<T, 256>(params, q, max_context, stream);
+    default:
+      TORCH_CHECK(false, kOp, ": head_dim must be 64, 128 or 256 on CUDA, got ", head_dim);
+  }
+}
+
+}  // namespace
+
+void tree_attn_out_cuda(const at::Tensor& q_arg, const at::Tensor& k_cache,
+                        const at::Tensor& v_cache, const at::Tensor& req_to_token,
+                        const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                        const at::Tensor& tree_mask, double sm_scale,
+                        const at::Tensor& out_arg) {
+  const TreeAttnShape s = check_tree_attn_args(kOp, q_arg, k_cache, v_cache, req_to_token,
+                                               req_pool_indices, seq_lens, tree_mask, out_arg);
+  TORCH_CHECK(q_arg.is_cuda(), kOp, ": the CUDA kernel got q on ", q_arg.device());
+  TORCH_CHECK(s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256, kOp,
+              ": head_dim must be 64, 128 or 256 on CUDA, got ", s.head_dim);
+  const c10::cuda::CUDAGuard guard(q_arg.device());
+  if (debug_checks_enabled())
+    check_tree_attn_values(kOp, s, req_to_token, req_pool_indices, seq_lens);
+  if (s.batch == 0 || s.num_drafts == 0) return;
+  TORCH_CHECK(aligned_16(k_cache) && aligned_16(v_cache), kOp,
+              ": k_cache and v_cache need 16-byte aligned data and strides that are "
+              "multiples of 8 elements, got strides ", k_cache.strides(), " and ",
+              v_cache.strides());
+
+  // Unaligned q or out views go through an aligned copy (still capture-safe).
+  const at::Tensor q = aligned_16(q_arg) ? q_arg : q_arg.contiguous();
+  const bool out_aligned = aligned_16(out_arg);
+  const at::Tensor out = out_aligned ? out_arg : at::empty(q_arg.sizes(), q_arg.options());
+
+  TreeAttnParams params{};
+  params.q = q.data_ptr();
+  params.q_stride_token = q.stride(0);
+  params.q_stride_head = q.stride(1);
+  params.k = k_cache.data_ptr();
+  params.v = v_cache.data_ptr();
+  params.k_stride_slot = k_cache.stride(0);
+  params.k_stride_head = k_cache.stride(1);
+  params.v_stride_slot = v_cache.stride(0);
+  params.v_stride_head = v_cache.stride(1);
+  params.out = out.data_ptr();
+  params.out_stride_token = out.stride(0);
+  params.out_stride_head = out.stride(1);
+  params.req_to_token = req_to_token.data_ptr();
+  params.r2t_stride_row = req_to_token.stride(0);
+  params.r2t_stride_pos = req_to_token.stride(1);
+  params.req_pool_indices = req_pool_indices.data_ptr();
+  params.rpi_stride = req_pool_indices.stride(0);
+  params.seq_lens = seq_lens.data_ptr();
+  params.lens_stride = seq_lens.stride(0);
+  params.r2t_is_int64 = req_to_token.scalar_type() == at::kLong;
+  params.rpi_is_int64 = req_pool_indices.scalar_type() == at::kLong;
+  params.lens_is_int64 = seq_lens.scalar_type() == at::kLong;
+  params.tree_mask = tree_mask.data_ptr<bool>();
+  params.mask_stride_batch = tree_mask.stride(0);
+  params.mask_stride_row = tree_mask.stride(1);
+  params.mask_stride_col = tree_mask.stride(2);
+  params.batch = static_cast<int>(s.batch);
+  params.num_drafts = static_cast<int>(s.num_drafts);
+  params.num_q_heads = static_cast<int>(s.num_q_heads);
+  params.num_kv_heads = static_cast<int>(s.num_kv_heads);
+  params.group = static_cast<int>(s.num_q_heads / s.num_kv_heads);
+  params.rows_per_kv_head = params.num_drafts * params.group;
+  params.scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);
+
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
+  if (q.scalar_type() == at::kBFloat16)
+    dispatch_head_dim<__nv_bfloat16>(params, s.head_dim, q, s.max_context, stream);
+  else
+    dispatch_head_dim<__half>(params, s.head_dim, q, s.max_context, stream);
+  if (!out_aligned) out_arg.copy_(out);
+}
+
+namespace {
+
+at::Tensor tree_attn_cuda(const at::Tensor& q, const at::Tensor& k_cache,
+                          const at::Tensor& v_cache, const at::Tensor& req_to_token,
+                          const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                          const at::Tensor& tree_mask, double sm_scale) {
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  tree_attn_out_cuda(q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
+                     tree_mask, sm_scale, out);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(verify, CUDA, m) {
+  m.impl("tree_attn", &tree_attn_cuda);
+  m.impl("tree_attn_out", &tree_attn_out_cuda);
+}
+
+}  // namespace verify_ops

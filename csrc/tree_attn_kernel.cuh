@@ -1,0 +1,450 @@
+// Split-KV tree-attention kernel on tensor cores (mma.sync m16n8k16).
+//
+// One CTA owns (request b, KV head h, a 64-row tile of the D*group query rows
+// that share h, one split of the KV sequence). Each KV token of the split is
+// read once into shared memory and used for all rows of the tile; KV tokens
+// are prefix tokens 0..L-1 then draft tokens L..L+D-1, each at the slot
+// req_to_token[req_pool_indices[b], pos]. Draft tokens are masked per row by
+// tree_mask. Splits write fp32 partials merged by merge_splits_kernel.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "tree_attn_params.h"
+
+namespace verify_ops {
+
+template <int HEAD_DIM>
+struct TileConfig {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockM = kWarps * 16;  // query rows per CTA
+  static constexpr int kBlockN = HEAD_DIM <= 128 ? 64 : 32;  // KV tokens per tile
+  static constexpr int kStages = HEAD_DIM <= 128 ? 3 : 2;
+  static constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
+  static constexpr int kRowsPerPass = kThreads / kChunks;
+  static constexpr int kLoadRows = kBlockN / kRowsPerPass;  // rows per thread
+  // At head_dim 256 the Q fragments would not fit beside the accumulators.
+  static constexpr bool kQInRegisters = HEAD_DIM <= 128;
+  static constexpr int kTileElems = kBlockN * HEAD_DIM;
+  static constexpr int kSmemBytes =
+      (kBlockM * HEAD_DIM + 2 * kStages * kTileElems) * 2;
+};
+
+__host__ __device__ inline int64_t ceil_div64(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// How request b's KV sequence of `total` tokens is cut into splits. Both
+// kernels compute this from seq_lens on the device, so the grid stays fixed.
+struct SplitPlan {
+  int64_t chunk;  // tokens per split, a multiple of the tile size
+  int active;     // splits that hold tokens; the rest of the grid exits
+};
+
+__device__ inline SplitPlan plan_splits(int64_t total, int num_splits,
+                                        int min_tokens, int granularity) {
+  int64_t chunk = ceil_div64(total, num_splits);
+  chunk = ceil_div64(chunk, granularity) * granularity;
+  if (chunk < min_tokens) chunk = min_tokens;
+  SplitPlan plan;
+  plan.chunk = chunk;
+  plan.active = static_cast<int>(ceil_div64(total, chunk));
+  return plan;
+}
+
+__device__ inline int64_t load_index(const void* p, bool is_int64, int64_t off) {
+  return is_int64 ? __ldg(static_cast<const long long*>(p) + off)
+                  : static_cast<int64_t>(__ldg(static_cast<const int*>(p) + off));
+}
+
+template <typename T>
+struct Vec2;
+template <>
+struct Vec2<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  __device__ static type pack(float a, float b) {
+    return __floats2bfloat162_rn(a, b);
+  }
+};
+template <>
+struct Vec2<__half> {
+  using type = __half2;
+  __device__ static type pack(float a, float b) { return __floats2half2_rn(a, b); }
+};
+
+template <typename T>
+__device__ inline uint32_t pack_pair(float a, float b) {
+  typename Vec2<T>::type v = Vec2<T>::pack(a, b);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <typename T>
+__device__ inline void mma_16816(float (&c)[4], const uint32_t (&a)[4],
+                                 uint32_t b0, uint32_t b1);
+
+template <>
+__device__ inline void mma_16816<__nv_bfloat16>(float (&c)[4],
+                                                const uint32_t (&a)[4],
+                                                uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ inline void mma_16816<__half>(float (&c)[4], const uint32_t (&a)[4],
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(addr));
+}
+
+// 16-byte async copy; src_bytes == 0 fills the destination with zeros.
+__device__ inline void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(src), "r"(src_bytes));
+}
+__device__ inline void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][HEAD_DIM]
+// tile. XOR-swizzling the chunk by row % 8 keeps ldmatrix conflict-free.
+template <int HEAD_DIM>
+__device__ inline uint32_t swizzled(int row, int chunk) {
+  return static_cast<uint32_t>(row * HEAD_DIM * 2 + ((chunk ^ (row & 7)) << 4));
+}
+
+__device__ inline float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+__device__ inline float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+template <typename T, int HEAD_DIM>
+__global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
+    tree_attn_kernel(const TreeAttnParams p) {
+  using Cfg = TileConfig<HEAD_DIM>;
+  constexpr int kBlockN = Cfg::kBlockN;
+  constexpr int kKSteps = HEAD_DIM / 16;
+  constexpr int kNTiles = kBlockN / 8;   // score tiles of 8 keys
+  constexpr int kDTiles = HEAD_DIM / 8;  // output tiles of 8 dims
+  extern __shared__ __align__(128) unsigned char smem[];
+
+  const int m_tile = blockIdx.x % p.num_m_tiles;
+  const int split = blockIdx.x / p.num_m_tiles;
+  const int b = blockIdx.y / p.num_kv_heads;
+  const int kv_head = blockIdx.y % p.num_kv_heads;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  const int64_t prefix = load_index(p.seq_lens, p.lens_is_int64, b * p.lens_stride);
+  const int64_t total = prefix + p.num_drafts;
+  const SplitPlan plan =
+      plan_splits(total, p.num_splits, p.split_min_tokens, kBlockN);
+  if (split >= plan.active) return;
+  const int64_t kv_begin = split * plan.chunk;
+  const int64_t kv_end = min(total, kv_begin + plan.chunk);
+  const int64_t req_row =
+      load_index(p.req_pool_indices, p.rpi_is_int64, b * p.rpi_stride);
+  const void* slot_row_base = p.req_to_token;
+  const int64_t slot_row_off = req_row * p.r2t_stride_row;
+
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t q_smem = smem_base;
+  const uint32_t k_smem = q_smem + Cfg::kBlockM * HEAD_DIM * 2;
+  const uint32_t v_smem = k_smem + Cfg::kStages * Cfg::kTileElems * 2;
+
+  const int row0 = m_tile * Cfg::kBlockM;  // first query row of this tile
+  const T* q = static_cast<const T*>(p.q);
+  const T* k = static_cast<const T*>(p.k);
+  const T* v = static_cast<const T*>(p.v);
+
+  // Q tile: row r is draft r / group of query head kv_head * group + r % group.
+  for (int i = tid; i < Cfg::kBlockM * Cfg::kChunks; i += Cfg::kThreads) {
+    const int r = i / Cfg::kChunks, c = i % Cfg::kChunks;
+    const int row = row0 + r;
+    const bool valid = row < p.rows_per_kv_head;
+    const int draft = valid ? row / p.group : 0;
+    const int head = kv_head * p.group + (valid ? row % p.group : 0);
+    const T* src = q + (static_cast<int64_t>(b) * p.num_drafts + draft) * p.q_stride_token +
+                   head * p.q_stride_head + c * 8;
+    cp_async_16(q_smem + swizzled<HEAD_DIM>(r, c), src, valid ? 16 : 0);
+  }
+  cp_async_commit();
+
+  // Each thread copies chunk `load_chunk` of rows load_row0 + j * kRowsPerPass.
+  const int load_chunk = tid % Cfg::kChunks;
+  const int load_row0 = tid / Cfg::kChunks;
+  const int64_t num_tiles = ceil_div64(kv_end - kv_begin, kBlockN);
+
+  int64_t slots[Cfg::kLoadRows];
+  auto fetch_slots = [&](int64_t tile) {
+#pragma unroll
+    for (int j = 0; j < Cfg::kLoadRows; ++j) {
+      const int64_t pos = kv_begin + tile * kBlockN + load_row0 + j * Cfg::kRowsPerPass;
+      slots[j] = (tile < num_tiles && pos < kv_end)
+                     ? load_index(slot_row_base, p.r2t_is_int64,
+                                  slot_row_off + pos * p.r2t_stride_pos)
+                     : -1;
+    }
+  };
+  auto issue_tile = [&](int stage) {
+#pragma unroll
+    for (int j = 0; j < Cfg::kLoadRows; ++j) {
+      const int r = load_row0 + j * Cfg::kRowsPerPass;
+      const bool valid = slots[j] >= 0;
+      const int64_t slot = valid ? slots[j] : 0;
+      const uint32_t off = stage * Cfg::kTileElems * 2 + swizzled<HEAD_DIM>(r, load_chunk);
+      cp_async_16(k_smem + off,
+                  k + slot * p.k_stride_slot + kv_head * p.k_stride_head + load_chunk * 8,
+                  valid ? 16 : 0);
+      cp_async_16(v_smem + off,
+                  v + slot * p.v_stride_slot + kv_head * p.v_stride_head + load_chunk * 8,
+                  valid ? 16 : 0);
+    }
+  };
+
+  // Prologue: fill kStages - 1 stages, then hold the next tile's slots.
+#pragma unroll
+  for (int s = 0; s < Cfg::kStages - 1; ++s) {
+    fetch_slots(s);
+    if (s < num_tiles) issue_tile(s);
+    cp_async_commit();
+  }
+  fetch_slots(Cfg::kStages - 1);
+
+  // Per thread: rows g and g + 8 of its warp's 16 rows (g = lane / 4).
+  const int g = lane / 4, t4 = lane % 4;
+  int row_draft[2];
+  bool row_valid[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + warp * 16 + g + 8 * h;
+    row_valid[h] = row < p.rows_per_kv_head;
+    row_draft[h] = row_valid[h] ? row / p.group : 0;
+  }
+  const bool warp_active = row0 + warp * 16 < p.rows_per_kv_head;
+  const bool* mask_base = p.tree_mask + b * p.mask_stride_batch;
+
+  float o[kDTiles][4];
+#pragma unroll
+  for (int i = 0; i < kDTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.f, 0.f};
+
+  uint32_t q_frag[Cfg::kQInRegisters ? kKSteps : 1][4];
+  auto q_frag_addr = [&](int ks) {
+    return q_smem + swizzled<HEAD_DIM>(warp * 16 + (lane & 15), ks * 2 + (lane >> 4));
+  };
+  if constexpr (Cfg::kQInRegisters) {
+    cp_async_wait<Cfg::kStages - 1>();  // the Q group is the oldest
+    __syncthreads();
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) ldmatrix_x4(q_frag[ks], q_frag_addr(ks));
+  }
+
+  for (int64_t tile = 0; tile < num_tiles; ++tile) {
+    const int stage = static_cast<int>(tile % Cfg::kStages);
+    // Refill the stage consumed last iteration, then prefetch later slots.
+    if (tile + Cfg::kStages - 1 < num_tiles)
+      issue_tile(static_cast<int>((tile + Cfg::kStages - 1) % Cfg::kStages));
+    cp_async_commit();
+    fetch_slots(tile + Cfg::kStages);
+    cp_async_wait<Cfg::kStages - 1>();
+    __syncthreads();
+
+    if (warp_active) {
+      const uint32_t k_stage = k_smem + stage * Cfg::kTileElems * 2;
+      const uint32_t v_stage = v_smem + stage * Cfg::kTileElems * 2;
+      float s[kNTiles][4];
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        uint32_t a_reg[4];
+        if constexpr (Cfg::kQInRegisters) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a_reg[i] = q_frag[ks][i];
+        } else {
+          ldmatrix_x4(a_reg, q_frag_addr(ks));
+        }
+#pragma unroll
+        for (int n2 = 0; n2 < kNTiles / 2; ++n2) {
+          uint32_t kb[4];
+          const int krow = n2 * 16 + (lane & 7) + ((lane >> 4) << 3);
+          ldmatrix_x4(kb, k_stage + swizzled<HEAD_DIM>(krow, ks * 2 + ((lane >> 3) & 1)));
+          mma_16816<T>(s[2 * n2], a_reg, kb[0], kb[1]);
+          mma_16816<T>(s[2 * n2 + 1], a_reg, kb[2], kb[3]);
+        }
+      }
+
+      // Scale, mask, and fold the tile into the running softmax.
+      const int64_t tile_pos = kv_begin + tile * kBlockN;
+      const bool needs_mask = tile_pos + kBlockN > prefix || tile_pos + kBlockN > kv_end;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float x = s[n][2 * h + e] * p.scale_log2;
+            if (needs_mask) {
+              const int64_t pos = tile_pos + n * 8 + 2 * t4 + e;
+              bool visible = pos < kv_end;
+              if (visible && pos >= prefix)
+                visible = row_valid[h] &&
+                          mask_base[row_draft[h] * p.mask_stride_row +
+                                    (pos - prefix) * p.mask_stride_col];
+              if (!visible) x = -INFINITY;
+            }
+            s[n][2 * h + e] = x;
+            tile_max = fmaxf(tile_max, x);
+          }
+        }
+        const float new_max = fmaxf(row_max[h], quad_max(tile_max));
+        // A row that has seen nothing yet keeps max -inf; use 0 so exp2 stays finite.
+        const float ref = new_max == -INFINITY ? 0.f : new_max;
+        const float rescale = exp2f(row_max[h] - ref);
+        row_max[h] = new_max;
+        row_sum[h] *= rescale;
+#pragma unroll
+        for (int i = 0; i < kDTiles; ++i) {
+          o[i][2 * h] *= rescale;
+          o[i][2 * h + 1] *= rescale;
+        }
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pr = exp2f(s[n][2 * h + e] - ref);
+            s[n][2 * h + e] = pr;
+            row_sum[h] += pr;
+          }
+        }
+      }
+
+      // O += P V, with P taken straight from the score accumulators.
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const uint32_t pa[4] = {pack_pair<T>(s[2 * kk][0], s[2 * kk][1]),
+                                pack_pair<T>(s[2 * kk][2], s[2 * kk][3]),
+                                pack_pair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        const int vrow = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+#pragma unroll
+        for (int d2 = 0; d2 < kDTiles / 2; ++d2) {
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb, v_stage + swizzled<HEAD_DIM>(vrow, d2 * 2 + (lane >> 4)));
+          mma_16816<T>(o[2 * d2], pa, vb[0], vb[1]);
+          mma_16816<T>(o[2 * d2 + 1], pa, vb[2], vb[3]);
+        }
+      }
+    }
+    __syncthreads();  // the stage is refilled next iteration
+  }
+  cp_async_wait<0>();
+
+  if (!warp_active) return;
+  const bool direct = plan.active == 1;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float sum = quad_sum(row_sum[h]);
+    if (!row_valid[h]) continue;
+    const int row = row0 + warp * 16 + g + 8 * h;
+    const int64_t token = static_cast<int64_t>(b) * p.num_drafts + row / p.group;
+    const int head = kv_head * p.group + row % p.group;
+    // A row that sees no key outputs zeros.
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    if (direct) {
+      T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head;
+#pragma unroll
+      for (int i = 0; i < kDTiles; ++i)
+        *reinterpret_cast<uint32_t*>(dst + i * 8 + 2 * t4) =
+            pack_pair<T>(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
+    } else {
+      const int64_t q_row = token * p.num_q_heads + head;
+      const int64_t n_rows = static_cast<int64_t>(p.batch) * p.num_drafts * p.num_q_heads;
+      float* dst = p.partial_out + (split * n_rows + q_row) * HEAD_DIM;
+#pragma unroll
+      for (int i = 0; i < kDTiles; ++i)
+        *reinterpret_cast<float2*>(dst + i * 8 + 2 * t4) =
+            make_float2(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
+      if (t4 == 0)
+        p.partial_lse[split * n_rows + q_row] =
+            sum > 0.f ? row_max[h] + log2f(sum) : -INFINITY;
+    }
+  }
+}
+
+// Merges the normalized split outputs of one query row with their LSEs.
+// One group of HEAD_DIM / 4 threads per (token, q head) row.
+template <typename T, int HEAD_DIM>
+__global__ void merge_splits_kernel(const TreeAttnParams p) {
+  constexpr int kThreadsPerRow = HEAD_DIM / 4;
+  const int64_t n_rows = static_cast<int64_t>(p.batch) * p.num_drafts * p.num_q_heads;
+  const int64_t q_row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kThreadsPerRow) +
+                        threadIdx.x / kThreadsPerRow;
+  if (q_row >= n_rows) return;
+  const int dim = (threadIdx.x % kThreadsPerRow) * 4;
+  const int64_t token = q_row / p.num_q_heads;
+  const int head = static_cast<int>(q_row % p.num_q_heads);
+  const int b = static_cast<int>(token / p.num_drafts);
+  const int64_t prefix = load_index(p.seq_lens, p.lens_is_int64, b * p.lens_stride);
+  const SplitPlan plan = plan_splits(prefix + p.num_drafts, p.num_splits,
+                                     p.split_min_tokens, TileConfig<HEAD_DIM>::kBlockN);
+  if (plan.active == 1) return;  // the attention kernel wrote this row itself
+
+  float max_lse = -INFINITY;
+  for (int s = 0; s < plan.active; ++s)
+    max_lse = fmaxf(max_lse, p.partial_lse[s * n_rows + q_row]);
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  float weight_sum = 0.f;
+  if (max_lse != -INFINITY) {
+    for (int s = 0; s < plan.active; ++s) {
+      const float w = exp2f(p.partial_lse[s * n_rows + q_row] - max_lse);
+      const float4 x = *reinterpret_cast<const float4*>(
+          p.partial_out + (s * n_rows + q_row) * HEAD_DIM + dim);
+      acc[0] += w * x.x;
+      acc[1] += w * x.y;
+      acc[2] += w * x.z;
+      acc[3] += w * x.w;
+      weight_sum += w;
+    }
+  }
+  const float inv = weight_sum > 0.f ? 1.f / weight_sum : 0.f;
+  T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + dim;
+  const uint32_t lo = pack_pair<T>(acc[0] * inv, acc[1] * inv);
+  const uint32_t hi = pack_pair<T>(acc[2] * inv, acc[3] * inv);
+  *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
+}
+
+}  // namespace verify_ops

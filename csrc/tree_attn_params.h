@@ -1,0 +1,44 @@
+// Every argument of the CUDA tree-attention kernels, in one struct.
+#pragma once
+
+#include <cstdint>
+
+namespace verify_ops {
+
+struct TreeAttnParams {
+  // Element strides; the last dim of q, k, v and out is contiguous.
+  const void* q;
+  int64_t q_stride_token, q_stride_head;
+  const void* k;
+  const void* v;
+  int64_t k_stride_slot, k_stride_head;
+  int64_t v_stride_slot, v_stride_head;
+  void* out;
+  int64_t out_stride_token, out_stride_head;
+
+  // Index tensors are int32 or int64; the flags say which.
+  const void* req_to_token;
+  int64_t r2t_stride_row, r2t_stride_pos;
+  const void* req_pool_indices;
+  int64_t rpi_stride;
+  const void* seq_lens;
+  int64_t lens_stride;
+  bool r2t_is_int64, rpi_is_int64, lens_is_int64;
+
+  const bool* tree_mask;
+  int64_t mask_stride_batch, mask_stride_row, mask_stride_col;
+
+  // Split-KV partials: [num_splits, bs*D*Hq, head_dim] and [num_splits, bs*D*Hq],
+  // the LSE in log2 units of the scaled scores. Unused when num_splits == 1.
+  float* partial_out;
+  float* partial_lse;
+
+  int batch, num_drafts, num_q_heads, num_kv_heads, group;
+  int rows_per_kv_head;  // D * group: query rows that share one KV head
+  int num_m_tiles;
+  int num_splits;        // grid size along the KV sequence (shape-derived)
+  int split_min_tokens;  // a split never covers fewer tokens than this
+  float scale_log2;      // sm_scale * log2(e)
+};
+
+}  // namespace verify_ops

@@ -1,0 +1,57 @@
+"""Builds verify_ops._C: the CPU op always, the CUDA kernels when possible.
+
+VERIFY_OPS_BUILD_CUDA=0|1 forces the choice; otherwise CUDA is built when torch
+is a CUDA build and a CUDA toolkit is found. TORCH_CUDA_ARCH_LIST overrides the
+default targets sm_90a (H100/H200), sm_100a (B200) and sm_120a (RTX 50-series).
+"""
+
+import glob
+import os
+
+import torch
+from setuptools import setup
+from torch.utils import cpp_extension
+
+DEFAULT_CUDA_ARCHS = "9.0a;10.0a;12.0a"
+
+
+def want_cuda() -> bool:
+    forced = os.environ.get("VERIFY_OPS_BUILD_CUDA")
+    if forced is not None:
+        if forced not in ("0", "1"):
+            raise SystemExit(f"VERIFY_OPS_BUILD_CUDA must be 0 or 1, got {forced!r}")
+        if forced == "1" and (torch.version.cuda is None or cpp_extension.CUDA_HOME is None):
+            raise SystemExit(
+                "VERIFY_OPS_BUILD_CUDA=1 needs a CUDA build of torch and a CUDA toolkit "
+                f"(torch.version.cuda={torch.version.cuda}, CUDA_HOME={cpp_extension.CUDA_HOME})"
+            )
+        return forced == "1"
+    return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
+
+
+def extension():
+    sources = sorted(glob.glob("csrc/*.cpp"))
+    cxx_flags = ["-O3"]
+    if not want_cuda():
+        print("verify_ops: building the CPU op only")
+        return cpp_extension.CppExtension(
+            "verify_ops._C",
+            sources + ["csrc/cuda_unavailable/register.cpp"],
+            extra_compile_args={"cxx": cxx_flags},
+        )
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCHS)
+    print(f"verify_ops: building CPU and CUDA ops for {os.environ['TORCH_CUDA_ARCH_LIST']}")
+    nvcc_flags = ["-O3", "-lineinfo", "--use_fast_math"]
+    if os.environ.get("VERIFY_OPS_PTXAS_VERBOSE") == "1":
+        nvcc_flags.append("-Xptxas=-v")
+    return cpp_extension.CUDAExtension(
+        "verify_ops._C",
+        sources + sorted(glob.glob("csrc/*.cu")),
+        extra_compile_args={"cxx": cxx_flags + ["-DVERIFY_OPS_WITH_CUDA"], "nvcc": nvcc_flags},
+    )
+
+
+setup(
+    ext_modules=[extension()],
+    cmdclass={"build_ext": cpp_extension.BuildExtension},
+)

@@ -1,0 +1,105 @@
+"""verify.tree_attn against the float64 reference, on every device present."""
+
+import itertools
+
+import pytest
+import torch
+
+import verify_ops
+from verify_ops.cases import make_case
+from verify_ops.reference import relative_error, tree_attn_ref
+
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+LENS = [0, 1, 37, 300, 5]
+
+
+def check(case, tol):
+    out = torch.full_like(case.q, float("nan"), memory_format=torch.contiguous_format)
+    verify_ops.tree_attn_out(*case.args(), out)
+    ref = tree_attn_ref(*case.args())
+    err = relative_error(out, ref)
+    assert err < tol, f"relative error {err:.3g} >= {tol}"
+    functional = verify_ops.tree_attn(*case.args())
+    assert torch.equal(functional, out)
+
+
+@pytest.mark.parametrize("num_q_heads,num_kv_heads", [(4, 4), (8, 4), (8, 2), (16, 2), (16, 1)])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_gqa_and_head_dims(device, num_q_heads, num_kv_heads, head_dim):
+    case = make_case(LENS, 6, num_q_heads, num_kv_heads, head_dim, device=device,
+                     seed=num_q_heads * 1000 + num_kv_heads * 10 + head_dim)
+    check(case, TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("layout", ["fragmented", "contiguous"])
+@pytest.mark.parametrize("strided_q", [False, True])
+def test_dtypes_layouts_strides(device, dtype, index_dtype, layout, strided_q):
+    if device == "cuda" and dtype == torch.float32:
+        pytest.skip("float32 is a CPU-only dtype")
+    case = make_case(LENS, 5, 8, 2, 64, dtype=dtype, device=device, index_dtype=index_dtype,
+                     layout=layout, strided_q=strided_q, seed=7)
+    check(case, TOL[dtype])
+
+
+@pytest.mark.parametrize("num_drafts,tree", [(1, "random"), (3, "chain"), (16, "eagle"),
+                                             (33, "random"), (64, "eagle")])
+def test_tree_shapes(device, num_drafts, tree):
+    case = make_case([0, 1, 130], num_drafts, 8, 1, 128, device=device, tree=tree,
+                     seed=num_drafts)
+    check(case, TOL[torch.bfloat16])
+
+
+def test_mixed_index_dtypes(device):
+    case = make_case([3, 90], 4, 4, 2, 64, device=device, seed=3)
+    case.req_pool_indices = case.req_pool_indices.long()
+    case.seq_lens = case.seq_lens.long()
+    check(case, TOL[torch.bfloat16])
+
+
+def test_masked_out_rows_are_zero(device):
+    case = make_case([0, 4], 4, 4, 4, 64, device=device, seed=11)
+    case.tree_mask[0, 2] = False  # request 0 has no prefix: draft 2 sees nothing
+    out = verify_ops.tree_attn(*case.args())
+    assert torch.equal(out[2].float(), torch.zeros_like(out[2].float()))
+    assert relative_error(out, tree_attn_ref(*case.args())) < TOL[torch.bfloat16]
+
+
+def test_output_ignores_unowned_slots(device):
+    """Scribbling over slots no request owns must not change the result."""
+    case = make_case(LENS, 4, 8, 2, 64, device=device, seed=5)
+    before = verify_ops.tree_attn(*case.args())
+    nan_rows = torch.isnan(case.k_cache.float()).any(-1).any(-1)
+    case.k_cache[nan_rows] = 1e4
+    case.v_cache[nan_rows] = -1e4
+    after = verify_ops.tree_attn(*case.args())
+    assert torch.equal(before, after)
+
+
+def test_strided_out(device):
+    case = make_case([20, 3], 4, 4, 2, 64, device=device, seed=9)
+    wide = torch.full((case.q.shape[0], 8, 64), float("nan"), dtype=case.q.dtype, device=device)
+    out = wide[:, 2:6]
+    verify_ops.tree_attn_out(*case.args(), out)
+    assert relative_error(out, tree_attn_ref(*case.args())) < TOL[torch.bfloat16]
+    assert torch.isnan(wide[:, :2].float()).all() and torch.isnan(wide[:, 6:].float()).all()
+
+
+def test_empty_batch(device):
+    case = make_case([], 4, 4, 2, 64, device=device)
+    assert verify_ops.tree_attn(*case.args()).shape == (0, 4, 64)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_configurations(device, seed):
+    gen = torch.Generator().manual_seed(100 + seed)
+    pick = lambda xs: xs[int(torch.randint(len(xs), (1,), generator=gen))]  # noqa: E731
+    num_kv_heads = pick([1, 2, 4])
+    group = pick([1, 3, 8, 16])
+    lens = torch.randint(0, 200, (pick([1, 2, 5]),), generator=gen).tolist()
+    case = make_case(lens, pick([2, 7, 24]), num_kv_heads * group, num_kv_heads,
+                     pick([64, 128, 256]), device=device, layout=pick(["fragmented", "contiguous"]),
+                     strided_q=bool(seed % 2), index_dtype=pick([torch.int32, torch.int64]),
+                     tree=pick(["random", "eagle"]), seed=seed)
+    check(case, TOL[torch.bfloat16])
