@@ -1,0 +1,180 @@
+"""Side-by-side per-layer timings of tree verify on SGLang-layout caches, with the roofline.
+
+    python -m bench.bench_tree_attn --out bench/results/h200.json --plot bench/results/h200.png
+
+Each case is timed as a model runs it: one CUDA graph calls the kernel once per
+layer for N layers, each with its own K/V buffers (N streams >= 4x the L2), and
+the replay time is divided by N; the median of the replays is reported. Every
+method's layer-0 output is checked against the float64 reference first; a
+method that fails the check is reported as WRONG and not timed.
+
+The roofline of a case is max(K+V bytes / copy bandwidth, FLOPs / bf16 matmul
+rate), both ceilings measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import itertools
+import json
+import platform
+import sys
+
+import torch
+
+from verify_ops.reference import relative_error, tree_attn_ref
+
+from .methods import METHODS
+from .timing import copy_bandwidth_bytes_per_s, matmul_flops_per_s, time_per_layer_us
+from .workload import Shape, make_workload
+
+CHECK_TOL = 1e-2
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--contexts", default="4096,16384,65536")
+    p.add_argument("--batches", default="1,8")
+    p.add_argument("--drafts", default="8,16,32,64")
+    p.add_argument("--heads", default="8/1/128,32/8/128,64/8/128,16/2/256,32/4/64",
+                   help="Hq/Hkv/head_dim triples")
+    p.add_argument("--layouts", default="fragmented,contiguous")
+    p.add_argument("--methods", default="verify_ops,triton,flex,sdpa")
+    p.add_argument("--baseline-batches", default="1",
+                   help="batches at which baselines run (they are slow); verify_ops runs at all")
+    p.add_argument("--baseline-layouts", default="fragmented")
+    p.add_argument("--baseline-drafts", default="8,16,32,64")
+    p.add_argument("--out", default=None, help="JSON results path")
+    p.add_argument("--plot", default=None, help="PNG plot path")
+    return p.parse_args(argv)
+
+
+def ints(text):
+    return [int(x) for x in text.split(",") if x]
+
+
+def run_case(shape: Shape, methods: list[str], ceilings: dict) -> dict:
+    w = make_workload(shape)
+    ref = tree_attn_ref(*w.case(0).args())
+    roof_us = max(shape.kv_bytes / ceilings["copy_bytes_per_s"],
+                  shape.flops / ceilings["matmul_flops_per_s"]) * 1e6
+    row = {"shape": shape.__dict__, "label": shape.label(), "num_layers": len(w.layers),
+           "kv_bytes": shape.kv_bytes, "flops": shape.flops, "roofline_us": roof_us,
+           "bound": "memory" if shape.kv_bytes / ceilings["copy_bytes_per_s"]
+           >= shape.flops / ceilings["matmul_flops_per_s"] else "math", "methods": {}}
+    for name in methods:
+        result = {}
+        try:
+            calls = METHODS[name](w)
+            err = relative_error(calls[0]().float(), ref)
+            result["rel_err"] = err
+            if err < CHECK_TOL:
+                result["us"] = time_per_layer_us(calls)
+                result["pct_roofline"] = 100 * roof_us / result["us"]
+            else:
+                result["error"] = f"WRONG: relative error {err:.3g}"
+            del calls
+        except Exception as exc:  # a baseline that cannot run this shape is reported, not fatal
+            result["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        row["methods"][name] = result
+        gc.collect()
+        torch.cuda.empty_cache()
+    del w
+    gc.collect()
+    torch.cuda.empty_cache()
+    return row
+
+
+def format_table(rows: list[dict], methods: list[str]) -> str:
+    head = f"{'case':34} {'N':>3} {'roof us':>8} {'ours us':>8} {'%roof':>6}"
+    for m in methods[1:]:
+        head += f" {m + ' us':>11} {'x':>6}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        ours = r["methods"].get(methods[0], {})
+        line = (f"{r['label']:34} {r['num_layers']:>3} {r['roofline_us']:>8.1f} "
+                f"{ours.get('us', float('nan')):>8.1f} {ours.get('pct_roofline', float('nan')):>6.1f}")
+        for m in methods[1:]:
+            res = r["methods"].get(m)
+            if res is None:
+                line += f" {'-':>11} {'':>6}"
+            elif "us" in res:
+                ratio = res["us"] / ours["us"] if "us" in ours else float("nan")
+                line += f" {res['us']:>11.1f} {ratio:>6.1f}"
+            else:
+                line += f" {'fail':>11} {'':>6}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: str, methods: list[str]) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    picks = sorted({(r["shape"]["num_q_heads"], r["shape"]["num_kv_heads"], r["shape"]["head_dim"],
+                     r["shape"]["num_drafts"]) for r in rows
+                    if r["shape"]["batch"] == 1 and r["shape"]["layout"] == "fragmented"})
+    picks = [p for p in picks if p[3] in (8, 64)][:4] or picks[:4]
+    fig, axes = plt.subplots(1, max(1, len(picks)), figsize=(5 * max(1, len(picks)), 4),
+                             squeeze=False)
+    for ax, (hq, hkv, hd, d) in zip(axes[0], picks):
+        sel = sorted((r for r in rows if r["shape"]["batch"] == 1
+                      and r["shape"]["layout"] == "fragmented"
+                      and (r["shape"]["num_q_heads"], r["shape"]["num_kv_heads"],
+                           r["shape"]["head_dim"], r["shape"]["num_drafts"]) == (hq, hkv, hd, d)),
+                     key=lambda r: r["shape"]["seq_len"])
+        ctx = [r["shape"]["seq_len"] for r in sel]
+        ax.plot(ctx, [r["roofline_us"] for r in sel], "k--", label="roofline")
+        for m in methods:
+            pts = [(c, r["methods"][m]["us"]) for c, r in zip(ctx, sel)
+                   if "us" in r["methods"].get(m, {})]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=m)
+        ax.set(xscale="log", yscale="log", xlabel="context (tokens)", ylabel="µs per layer",
+               title=f"bs1 D{d} Hq{hq}/Hkv{hkv}/d{hd}")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    methods = [m for m in args.methods.split(",") if m]
+    torch.manual_seed(0)
+    ceilings = {"copy_bytes_per_s": copy_bandwidth_bytes_per_s(),
+                "matmul_flops_per_s": matmul_flops_per_s()}
+    print(f"device {torch.cuda.get_device_name()}: copy {ceilings['copy_bytes_per_s'] / 1e12:.2f} "
+          f"TB/s, bf16 matmul {ceilings['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s", flush=True)
+    heads = [tuple(int(x) for x in h.split("/")) for h in args.heads.split(",")]
+    rows = []
+    for batch, ctx, d, (hq, hkv, hd), layout in itertools.product(
+            ints(args.batches), ints(args.contexts), ints(args.drafts), heads,
+            args.layouts.split(",")):
+        shape = Shape(batch, ctx, d, hq, hkv, hd, layout)
+        with_baselines = (batch in ints(args.baseline_batches)
+                          and layout in args.baseline_layouts.split(",")
+                          and d in ints(args.baseline_drafts))
+        run = [m for m in methods if m == "verify_ops" or with_baselines]
+        row = run_case(shape, run, ceilings)
+        rows.append(row)
+        brief = {m: (f"{r['us']:.1f}us" if "us" in r else r.get("error", "?"))
+                 for m, r in row["methods"].items()}
+        print(f"{shape.label():34} roof {row['roofline_us']:.1f}us {brief}", flush=True)
+    table = format_table(rows, methods)
+    if args.out:
+        meta = {"command": " ".join(["python -m bench.bench_tree_attn"] + (argv or sys.argv[1:])),
+                "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                "python": platform.python_version(), **ceilings}
+        with open(args.out, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    if args.plot:
+        plot(rows, args.plot, methods)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

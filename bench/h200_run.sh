@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One device call: build for sm_90a, run the test suites, the sanitizers and the
+# benchmark; full logs go to $OUT, a short summary prints last.
+#   usage: bash bench/h200_run.sh [bench args...]      (needs $OUT; .whl carried for sglang)
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/verify_ops_out}
+mkdir -p "$OUT"
+summary=()
+step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember the exit code
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-12s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$(tail -n 1 "$OUT/$name.log" | cut -c1-110)")")
+  return $rc
+}
+
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
+step build 400 env TORCH_CUDA_ARCH_LIST=9.0a VERIFY_OPS_PTXAS_VERBOSE=1 \
+  python3 -m pip install --no-build-isolation --no-deps -v -e . || { printf '%s\n' "${summary[@]}"; tail -40 "$OUT/build.log"; exit 1; }
+grep -E "registers|spill" "$OUT/build.log" | grep -B0 -A0 "" > "$OUT/ptxas.txt" || true
+so=$(python3 -c "import verify_ops._C as c; print(c.__file__)")
+cuobjdump --dump-sass "$so" > "$OUT/sass.txt" 2>&1 || true
+step pytest 420 python3 -m pytest tests compile_tests graph_tests -q -rs -p no:cacheprovider \
+  --junitxml="$OUT/junit.xml"
+step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
+step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  step bench 1200 python3 -m bench.bench_tree_attn --out "$OUT/bench.json" --plot "$OUT/bench.png" "$@"
+fi
+echo "=== pytest failures ==="; grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -20
+echo "=== sanitizer ==="; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|relative error" "$OUT/memcheck.log" "$OUT/racecheck.log"
+echo "=== ptxas ==="; grep -A2 "tree_attn_kernel" "$OUT/build.log" | grep -E "registers|spill" | sort | uniq -c | head
+echo "=== bench ==="; tail -n 60 "$OUT/bench.log" 2>/dev/null
+echo "=== steps ==="; printf '%s\n' "${summary[@]}"

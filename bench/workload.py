@@ -1,0 +1,92 @@
+"""A benchmark case: one verify step over N layers, each with its own KV buffers, on the GPU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from verify_ops.cases import TreeAttnCase, make_slot_layout, make_tree_masks
+
+L2_BYTES = 60 << 20
+
+
+@dataclass(frozen=True)
+class Shape:
+    batch: int
+    seq_len: int      # committed prefix per request (all requests equal)
+    num_drafts: int
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    layout: str       # "fragmented" or "contiguous"
+
+    @property
+    def kv_bytes(self) -> int:
+        """K+V bytes of one layer, each read once."""
+        tokens = self.batch * (self.seq_len + self.num_drafts)
+        return 2 * tokens * self.num_kv_heads * self.head_dim * 2
+
+    @property
+    def flops(self) -> int:
+        """QK and PV FLOPs of one layer: 4 d Hq D (L + D) per request."""
+        return (4 * self.head_dim * self.num_q_heads * self.num_drafts
+                * (self.seq_len + self.num_drafts) * self.batch)
+
+    @property
+    def num_layers(self) -> int:
+        """Enough layers to stream 4x the L2, between 8 and 64."""
+        return max(8, min(64, -(-4 * L2_BYTES // self.kv_bytes)))
+
+    def label(self) -> str:
+        return (f"bs{self.batch} L{self.seq_len // 1024}k D{self.num_drafts} "
+                f"{self.num_q_heads}/{self.num_kv_heads}/{self.head_dim} {self.layout[:4]}")
+
+
+@dataclass
+class Layer:
+    q: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+
+
+@dataclass
+class Workload:
+    shape: Shape
+    req_to_token: torch.Tensor      # int32, as SGLang's ReqToTokenPool
+    req_pool_indices: torch.Tensor  # int64
+    seq_lens: torch.Tensor          # int64
+    tree_mask: torch.Tensor         # [bs, D, D] bool
+    layers: list[Layer]
+
+    @property
+    def sm_scale(self) -> float:
+        return self.shape.head_dim ** -0.5
+
+    def case(self, layer: int) -> TreeAttnCase:
+        lay = self.layers[layer]
+        return TreeAttnCase(lay.q, lay.k_cache, lay.v_cache, self.req_to_token,
+                            self.req_pool_indices, self.seq_lens, self.tree_mask, self.sm_scale)
+
+
+def make_workload(shape: Shape, seed: int = 0, num_layers: int | None = None) -> Workload:
+    gen = torch.Generator().manual_seed(seed)
+    tokens = [shape.seq_len + shape.num_drafts] * shape.batch
+    slots = make_slot_layout(tokens, shape.layout, spare_slots=64, gen=gen)
+    layers = []
+    for _ in range(num_layers or shape.num_layers):
+        kv = (slots.pool_size, shape.num_kv_heads, shape.head_dim)
+        layers.append(Layer(
+            q=torch.randn(shape.batch * shape.num_drafts, shape.num_q_heads, shape.head_dim,
+                          device="cuda", dtype=torch.bfloat16),
+            k_cache=torch.randn(kv, device="cuda", dtype=torch.bfloat16),
+            v_cache=torch.randn(kv, device="cuda", dtype=torch.bfloat16),
+        ))
+    return Workload(
+        shape=shape,
+        req_to_token=slots.req_to_token.to(torch.int32).cuda(),
+        req_pool_indices=slots.req_pool_indices.cuda(),
+        seq_lens=torch.full((shape.batch,), shape.seq_len, dtype=torch.int64, device="cuda"),
+        tree_mask=make_tree_masks(shape.batch, shape.num_drafts, "eagle", gen).cuda(),
+        layers=layers,
+    )

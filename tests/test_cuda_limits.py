@@ -1,0 +1,45 @@
+"""CUDA-only limits of the contract: huge pools, very uneven batches, every D up to 128."""
+
+import pytest
+import torch
+
+import verify_ops
+from verify_ops.cases import make_case
+from verify_ops.reference import relative_error, tree_attn_ref
+
+pytestmark = pytest.mark.skipif(not verify_ops.has_cuda_kernel(),
+                                reason="needs a GPU and a CUDA build of verify_ops")
+TOL = 1e-2
+
+
+def test_uneven_lengths_in_one_batch():
+    case = make_case([1, 100_000, 0, 777], 8, 32, 8, 128, device="cuda", tree="eagle", seed=1)
+    out = verify_ops.tree_attn(*case.args())
+    assert relative_error(out, tree_attn_ref(*case.args())) < TOL
+
+
+@pytest.mark.parametrize("num_drafts", [1, 2, 15, 63, 64, 65, 100, 128])
+@pytest.mark.parametrize("group", [1, 5, 16])
+def test_every_tree_size(num_drafts, group):
+    case = make_case([0, 1, 3000], num_drafts, 2 * group, 2, 128, device="cuda", seed=num_drafts)
+    out = verify_ops.tree_attn(*case.args())
+    assert relative_error(out, tree_attn_ref(*case.args())) < TOL
+
+
+def test_pool_beyond_int32_elements():
+    """Slots whose element offset exceeds 2**31 need 64-bit addressing."""
+    num_kv_heads, head_dim = 1, 128
+    pool = (2**31) // (num_kv_heads * head_dim) + 4096
+    small = make_case([3000, 5], 8, 8, num_kv_heads, head_dim, device="cuda", seed=2)
+    k = torch.empty(pool, num_kv_heads, head_dim, dtype=torch.bfloat16, device="cuda")
+    v = torch.empty_like(k)
+    # Move every slot the case uses to the top of the pool.
+    shift = pool - small.k_cache.shape[0]
+    k[shift:] = small.k_cache
+    v[shift:] = small.v_cache
+    small.k_cache, small.v_cache = k, v
+    small.req_to_token += shift
+    assert int(small.req_to_token.min()) * num_kv_heads * head_dim > 2**31
+    out = verify_ops.tree_attn(*small.args())
+    ref_case = make_case([3000, 5], 8, 8, num_kv_heads, head_dim, device="cuda", seed=2)
+    assert relative_error(out, tree_attn_ref(*ref_case.args())) < TOL
