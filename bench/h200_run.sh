@@ -26,13 +26,14 @@ step build 400 env TORCH_CUDA_ARCH_LIST=9.0a VERIFY_OPS_PTXAS_VERBOSE=1 \
 grep -E "registers|spill" "$OUT/build.log" | grep -B0 -A0 "" > "$OUT/ptxas.txt" || true
 so=$(python3 -c "import verify_ops._C as c; print(c.__file__)")
 cuobjdump --dump-sass "$so" > "$OUT/sass.txt" 2>&1 || true
-step pytest 420 python3 -m pytest tests compile_tests graph_tests -q -rs -p no:cacheprovider \
+step pytest "${PYTEST_TIMEOUT:-420}" python3 -m pytest tests compile_tests graph_tests -q -rs -p no:cacheprovider \
   --junitxml="$OUT/junit.xml"
 step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
-step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  step bench 1200 python3 -m bench.bench_tree_attn --out "$OUT/bench.json" --plot "$OUT/bench.png" "$@"
+  step bench "${BENCH_TIMEOUT:-1200}" python3 -m bench.bench_tree_attn --out "$OUT/bench.json" \
+    --plot "$OUT/bench.png" "$@"
 fi
+step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
 echo "=== pytest failures ==="; grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -20
 echo "=== sanitizer ==="; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|relative error" "$OUT/memcheck.log" "$OUT/racecheck.log"
 echo "=== ptxas ==="; grep -A2 "tree_attn_kernel" "$OUT/build.log" | grep -E "registers|spill" | sort | uniq -c | head
