@@ -1,6 +1,5 @@
 """torch.compile(fullgraph=True) around a verify attention layer: dynamic batch, no recompiles."""
 
-import expecttest
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
@@ -59,40 +58,3 @@ def test_dynamic_batch_compiles_once():
         attn = tree_attn_ref(q.detach(), *args[1:], HEAD_DIM ** -0.5)
         assert relative_error(layer.o_proj(attn.float().view(-1, HQ * HEAD_DIM)), out) < 1e-5
     assert counter.frame_count == 1, f"recompiled: {counter.frame_count} frames"
-
-
-def graph_targets(graph_module):
-    return "\n".join(str(node.target) for node in graph_module.graph.nodes
-                     if node.op == "call_function")
-
-
-class TestCapturedGraph(expecttest.TestCase):
-    def test_forward_graph_targets(self):
-        """A graph break or an extra copy of q or out shows up as a diff here."""
-        from torch._functorch.aot_autograd import aot_module_simplified
-
-        graphs = []
-
-        def backend(gm, example_inputs):
-            def fw_compiler(fx_module, _):
-                graphs.append(fx_module)
-                return fx_module.forward
-            return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler)
-
-        torch._dynamo.reset()
-        layer = VerifyAttention().requires_grad_(False)
-        compiled = torch.compile(layer, backend=backend, fullgraph=True)
-        compiled(*inputs(2, 0))
-        assert len(graphs) == 1
-        self.assertExpectedInline(graph_targets(graphs[0]), """\
-aten.t.default
-aten.mm.default
-aten.slice.Tensor
-aten.slice.Tensor
-aten.view.default
-aten.empty_like.default
-auto_functionalized_v2
-<built-in function getitem>
-aten.t.default
-aten.view.default
-aten.mm.default""")

@@ -30,8 +30,15 @@ struct TileConfig {
   // At head_dim 256 the Q fragments would not fit beside the accumulators.
   static constexpr bool kQInRegisters = HEAD_DIM <= 128;
   static constexpr int kTileElems = kBlockN * HEAD_DIM;
-  static constexpr int kSmemBytes =
-      (kBlockM * HEAD_DIM + 2 * kStages * kTileElems) * 2;
+  // Q held in registers is staged through the last K stage, which the
+  // pipeline fills only after Q has been read: two CTAs then fit an SM.
+  static constexpr int kQSmemElems = kQInRegisters ? 0 : kBlockM * HEAD_DIM;
+  static_assert(!kQInRegisters || kBlockM <= kBlockN, "Q must fit in one K stage");
+  // Slot indices run kStages tiles ahead of the KV they address, through a
+  // ring of 2 * kStages tiles (8 bytes an entry, int32 or int64).
+  static constexpr int kSlotRingTiles = 2 * kStages;
+  static constexpr int kKVBytes = 2 * kStages * kTileElems * 2;
+  static constexpr int kSmemBytes = kQSmemElems * 2 + kKVBytes + kSlotRingTiles * kBlockN * 8;
 };
 
 __host__ __device__ inline int64_t ceil_div64(int64_t a, int64_t b) {
@@ -125,6 +132,14 @@ __device__ inline void cp_async_16(uint32_t dst, const void* src, int src_bytes)
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
                "l"(src), "r"(src_bytes));
 }
+__device__ inline void cp_async_4(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst),
+               "l"(src), "r"(src_bytes));
+}
+__device__ inline void cp_async_8(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst),
+               "l"(src), "r"(src_bytes));
+}
 __device__ inline void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
 }
@@ -174,13 +189,12 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
   const int64_t kv_end = min(total, kv_begin + plan.chunk);
   const int64_t req_row =
       load_index(p.req_pool_indices, p.rpi_is_int64, b * p.rpi_stride);
-  const void* slot_row_base = p.req_to_token;
-  const int64_t slot_row_off = req_row * p.r2t_stride_row;
 
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t q_smem = smem_base;
-  const uint32_t k_smem = q_smem + Cfg::kBlockM * HEAD_DIM * 2;
+  const uint32_t k_smem = smem_base + Cfg::kQSmemElems * 2;
   const uint32_t v_smem = k_smem + Cfg::kStages * Cfg::kTileElems * 2;
+  const uint32_t q_smem =
+      Cfg::kQInRegisters ? k_smem + (Cfg::kStages - 1) * Cfg::kTileElems * 2 : smem_base;
 
   const int row0 = m_tile * Cfg::kBlockM;  // first query row of this tile
   const T* q = static_cast<const T*>(p.q);
@@ -198,30 +212,41 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
                    head * p.q_stride_head + c * 8;
     cp_async_16(q_smem + swizzled<HEAD_DIM>(r, c), src, valid ? 16 : 0);
   }
-  cp_async_commit();
 
+  // Pipeline: the group committed at step t holds KV tile t + kStages - 1 and
+  // the slots of tile t + 2 * kStages - 1, so slot indices are in shared
+  // memory a full step before the KV copies that need them are issued.
+  const int num_tiles = static_cast<int>(ceil_div64(kv_end - kv_begin, kBlockN));
+  const unsigned char* slot_ring = smem + Cfg::kQSmemElems * 2 + Cfg::kKVBytes;
+  const uint32_t slot_ring_smem = v_smem + Cfg::kStages * Cfg::kTileElems * 2;
+  const char* r2t_row = static_cast<const char*>(p.req_to_token) +
+                        req_row * p.r2t_stride_row * (p.r2t_is_int64 ? 8 : 4);
+  auto load_slots = [&](int tile) {
+    if (tid < kBlockN) {
+      const int64_t pos = kv_begin + static_cast<int64_t>(tile) * kBlockN + tid;
+      const bool valid = tile < num_tiles && pos < kv_end;
+      const int entry = (tile % Cfg::kSlotRingTiles) * kBlockN + tid;
+      if (p.r2t_is_int64)
+        cp_async_8(slot_ring_smem + entry * 8, r2t_row + (valid ? pos * p.r2t_stride_pos * 8 : 0),
+                   valid ? 8 : 0);
+      else
+        cp_async_4(slot_ring_smem + entry * 8, r2t_row + (valid ? pos * p.r2t_stride_pos * 4 : 0),
+                   valid ? 4 : 0);
+    }
+  };
   // Each thread copies chunk `load_chunk` of rows load_row0 + j * kRowsPerPass.
   const int load_chunk = tid % Cfg::kChunks;
   const int load_row0 = tid / Cfg::kChunks;
-  const int64_t num_tiles = ceil_div64(kv_end - kv_begin, kBlockN);
-
-  int64_t slots[Cfg::kLoadRows];
-  auto fetch_slots = [&](int64_t tile) {
-#pragma unroll
-    for (int j = 0; j < Cfg::kLoadRows; ++j) {
-      const int64_t pos = kv_begin + tile * kBlockN + load_row0 + j * Cfg::kRowsPerPass;
-      slots[j] = (tile < num_tiles && pos < kv_end)
-                     ? load_index(slot_row_base, p.r2t_is_int64,
-                                  slot_row_off + pos * p.r2t_stride_pos)
-                     : -1;
-    }
-  };
-  auto issue_tile = [&](int stage) {
+  auto issue_tile = [&](int tile) {
+    const int stage = tile % Cfg::kStages;
+    const unsigned char* ring = slot_ring + (tile % Cfg::kSlotRingTiles) * kBlockN * 8;
 #pragma unroll
     for (int j = 0; j < Cfg::kLoadRows; ++j) {
       const int r = load_row0 + j * Cfg::kRowsPerPass;
-      const bool valid = slots[j] >= 0;
-      const int64_t slot = valid ? slots[j] : 0;
+      const bool valid = kv_begin + static_cast<int64_t>(tile) * kBlockN + r < kv_end;
+      const int64_t slot = !valid ? 0
+                           : p.r2t_is_int64 ? reinterpret_cast<const int64_t*>(ring)[r]
+                                            : reinterpret_cast<const int32_t*>(ring)[2 * r];
       const uint32_t off = stage * Cfg::kTileElems * 2 + swizzled<HEAD_DIM>(r, load_chunk);
       cp_async_16(k_smem + off,
                   k + slot * p.k_stride_slot + kv_head * p.k_stride_head + load_chunk * 8,
@@ -232,14 +257,16 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
     }
   };
 
-  // Prologue: fill kStages - 1 stages, then hold the next tile's slots.
+  // Prologue: Q and the first 2 * kStages - 1 slot tiles, then kStages - 1 KV tiles.
+  for (int t = 0; t < Cfg::kSlotRingTiles - 1; ++t) load_slots(t);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
 #pragma unroll
-  for (int s = 0; s < Cfg::kStages - 1; ++s) {
-    fetch_slots(s);
-    if (s < num_tiles) issue_tile(s);
+  for (int t = 0; t < Cfg::kStages - 1; ++t) {
+    if (t < num_tiles) issue_tile(t);
     cp_async_commit();
   }
-  fetch_slots(Cfg::kStages - 1);
 
   // Per thread: rows g and g + 8 of its warp's 16 rows (g = lane / 4).
   const int g = lane / 4, t4 = lane % 4;
@@ -265,19 +292,17 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
     return q_smem + swizzled<HEAD_DIM>(warp * 16 + (lane & 15), ks * 2 + (lane >> 4));
   };
   if constexpr (Cfg::kQInRegisters) {
-    cp_async_wait<Cfg::kStages - 1>();  // the Q group is the oldest
-    __syncthreads();
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) ldmatrix_x4(q_frag[ks], q_frag_addr(ks));
+    __syncthreads();  // the first loop step refills the stage that held Q
   }
 
-  for (int64_t tile = 0; tile < num_tiles; ++tile) {
-    const int stage = static_cast<int>(tile % Cfg::kStages);
-    // Refill the stage consumed last iteration, then prefetch later slots.
-    if (tile + Cfg::kStages - 1 < num_tiles)
-      issue_tile(static_cast<int>((tile + Cfg::kStages - 1) % Cfg::kStages));
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = tile % Cfg::kStages;
+    // Refill the stage consumed last step; fetch slots further ahead.
+    if (tile + Cfg::kStages - 1 < num_tiles) issue_tile(tile + Cfg::kStages - 1);
+    load_slots(tile + Cfg::kSlotRingTiles - 1);
     cp_async_commit();
-    fetch_slots(tile + Cfg::kStages);
     cp_async_wait<Cfg::kStages - 1>();
     __syncthreads();
 
@@ -307,7 +332,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
       }
 
       // Scale, mask, and fold the tile into the running softmax.
-      const int64_t tile_pos = kv_begin + tile * kBlockN;
+      const int64_t tile_pos = kv_begin + static_cast<int64_t>(tile) * kBlockN;
       const bool needs_mask = tile_pos + kBlockN > prefix || tile_pos + kBlockN > kv_end;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -405,16 +430,15 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
   }
 }
 
-// Merges the normalized split outputs of one query row with their LSEs.
-// One group of HEAD_DIM / 4 threads per (token, q head) row.
+// Merges the normalized split outputs of one (token, q head) row with their
+// LSEs: one warp per row, each lane owning HEAD_DIM / 32 dims.
 template <typename T, int HEAD_DIM>
 __global__ void merge_splits_kernel(const TreeAttnParams p) {
-  constexpr int kThreadsPerRow = HEAD_DIM / 4;
+  constexpr int kDims = HEAD_DIM / 32;
   const int64_t n_rows = static_cast<int64_t>(p.batch) * p.num_drafts * p.num_q_heads;
-  const int64_t q_row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kThreadsPerRow) +
-                        threadIdx.x / kThreadsPerRow;
+  const int64_t q_row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (q_row >= n_rows) return;
-  const int dim = (threadIdx.x % kThreadsPerRow) * 4;
+  const int lane = threadIdx.x % 32;
   const int64_t token = q_row / p.num_q_heads;
   const int head = static_cast<int>(q_row % p.num_q_heads);
   const int b = static_cast<int>(token / p.num_drafts);
@@ -423,28 +447,36 @@ __global__ void merge_splits_kernel(const TreeAttnParams p) {
                                      p.split_min_tokens, TileConfig<HEAD_DIM>::kBlockN);
   if (plan.active == 1) return;  // the attention kernel wrote this row itself
 
+  const float* lse = p.partial_lse + q_row;
   float max_lse = -INFINITY;
-  for (int s = 0; s < plan.active; ++s)
-    max_lse = fmaxf(max_lse, p.partial_lse[s * n_rows + q_row]);
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int s = lane; s < plan.active; s += 32) max_lse = fmaxf(max_lse, lse[s * n_rows]);
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2)
+    max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffff, max_lse, off));
+
+  float acc[kDims] = {};
   float weight_sum = 0.f;
   if (max_lse != -INFINITY) {
+    const float* part = p.partial_out + q_row * HEAD_DIM + lane * kDims;
+#pragma unroll 4
     for (int s = 0; s < plan.active; ++s) {
-      const float w = exp2f(p.partial_lse[s * n_rows + q_row] - max_lse);
-      const float4 x = *reinterpret_cast<const float4*>(
-          p.partial_out + (s * n_rows + q_row) * HEAD_DIM + dim);
-      acc[0] += w * x.x;
-      acc[1] += w * x.y;
-      acc[2] += w * x.z;
-      acc[3] += w * x.w;
+      const float w = exp2f(lse[s * n_rows] - max_lse);
+      const float* x = part + s * n_rows * HEAD_DIM;
+#pragma unroll
+      for (int i = 0; i < kDims; i += 2) {
+        const float2 v = *reinterpret_cast<const float2*>(x + i);
+        acc[i] += w * v.x;
+        acc[i + 1] += w * v.y;
+      }
       weight_sum += w;
     }
   }
   const float inv = weight_sum > 0.f ? 1.f / weight_sum : 0.f;
-  T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + dim;
-  const uint32_t lo = pack_pair<T>(acc[0] * inv, acc[1] * inv);
-  const uint32_t hi = pack_pair<T>(acc[2] * inv, acc[3] * inv);
-  *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
+  T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head +
+           lane * kDims;
+#pragma unroll
+  for (int i = 0; i < kDims; i += 2)
+    *reinterpret_cast<uint32_t*>(dst + i) = pack_pair<T>(acc[i] * inv, acc[i + 1] * inv);
 }
 
 }  // namespace verify_ops

@@ -1,3 +1,5 @@
+"""Shared pytest fixtures: `device` runs a test on the CPU and, where present, the GPU."""
+
 import pytest
 import torch
 
