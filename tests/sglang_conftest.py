@@ -1,0 +1,216 @@
+"""Real SGLang objects on CPU for the backend tests: pools, a stand-in ModelRunner
+and an EAGLE (topk > 1) TARGET_VERIFY batch. Not a pytest conftest: import it
+only once ``TRITON_INTERPRET=1`` is set, since Triton picks its interpreter when
+SGLang's kernels are defined.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import torch
+from sglang.kernels.ops.speculative.spec_tree import TreeMaskMode, sgl_build_tree_kernel_triton
+from sglang.srt.configs.model_config import AttentionArch
+from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+from sglang.srt.layers.radix_attention import RadixAttention
+from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+from sglang.srt.model_executor.forward_batch_info import (
+    CaptureHiddenMode,
+    ForwardBatch,
+    ForwardMode,
+)
+from sglang.srt.runtime_context import get_context, get_parallel
+from sglang.srt.speculative.eagle_info import EagleVerifyInput
+from sglang.srt.speculative.eagle_utils import organize_draft_results
+from sglang.srt.speculative.spec_utils import select_top_k_tokens
+
+from verify_ops.sglang.backend import VerifyOpsAttnBackend
+
+
+@dataclass(frozen=True)
+class Shape:
+    prefix_lens: tuple[int, ...] = (37, 0, 1, 12)  # ragged, incl. 0 and 1
+    topk: int = 3
+    steps: int = 3
+    num_drafts: int = 7  # D, root included
+    num_q_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 32
+    context_len: int = 128
+    req_rows: int = 6
+    pool_slots: int = 400
+    dtype: torch.dtype = torch.float16
+
+    @property
+    def bs(self) -> int:
+        return len(self.prefix_lens)
+
+
+@contextlib.contextmanager
+def sglang_config(shape: Shape, algorithm: str = "EAGLE"):
+    """Publish the server args the backends read (single rank, EAGLE topk > 1)."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(get_context().override_server_args(
+            attention_backend="verify_ops", speculative_algorithm=algorithm,
+            speculative_eagle_topk=shape.topk, speculative_num_steps=shape.steps,
+            speculative_num_draft_tokens=shape.num_drafts, triton_attention_num_kv_splits=8,
+            tp_size=1))
+        stack.enter_context(get_parallel().override(attn_tp_size=1, attn_dcp_rank=0))
+        yield
+
+
+def stand_in_runner(shape: Shape, model=None) -> SimpleNamespace:
+    """Exactly the ModelRunner attributes TritonAttnBackend.__init__ reads, over real pools."""
+    hf_config = SimpleNamespace(architectures=["LlamaForCausalLM"])
+    hf_config.get_text_config = lambda: hf_config
+    model_config = SimpleNamespace(
+        attention_arch=AttentionArch.MHA, hf_config=hf_config, head_dim=shape.head_dim,
+        v_head_dim=shape.head_dim, swa_v_head_dim=shape.head_dim,
+        context_len=shape.context_len, is_encoder_decoder=False,
+        linear_attn_registry_result=None,
+        get_max_num_attention_heads=lambda: shape.num_q_heads,
+        get_num_kv_heads=lambda tp_size, dcp_size=1: shape.num_kv_heads)
+    req_to_token_pool = ReqToTokenPool(size=shape.req_rows, max_context_len=shape.context_len,
+                                       device="cpu", enable_memory_saver=False)
+    kv_pool = MHATokenToKVPool(
+        size=shape.pool_slots, page_size=1, dtype=shape.dtype, head_num=shape.num_kv_heads,
+        head_dim=shape.head_dim, layer_num=1, device="cpu", enable_memory_saver=False,
+        enable_alt_stream=False)
+    allocator = TokenToKVPoolAllocator(size=shape.pool_slots, dtype=shape.dtype, device="cpu",
+                                       kvcache=kv_pool, need_sort=False)
+    runner = SimpleNamespace(
+        req_to_token_pool=req_to_token_pool, token_to_kv_pool=kv_pool,
+        token_to_kv_pool_allocator=allocator, sliding_window_size=None, page_size=1,
+        model_config=model_config, is_draft_worker=False, device="cpu", gpu_id=0,
+        decode_num_tokens_per_req=lambda **_: shape.num_drafts)
+    if model is not None:
+        runner.model = model
+    runner.kv_index_translator = KVIndexTranslator(
+        req_to_token=req_to_token_pool.req_to_token, token_to_kv_pool_allocator=allocator,
+        token_to_kv_pool=kv_pool, page_size=1, device="cpu")
+    return runner
+
+
+def attention_layer(shape: Shape, **kwargs) -> RadixAttention:
+    return RadixAttention(num_heads=shape.num_q_heads, head_dim=shape.head_dim,
+                          scaling=shape.head_dim ** -0.5, num_kv_heads=shape.num_kv_heads,
+                          layer_id=0, **kwargs)
+
+
+@dataclass
+class DraftTree:
+    """EAGLE's draft output for a batch, in the form its tree kernel consumes."""
+    parent_list: torch.Tensor
+    top_scores_index: torch.Tensor
+    positions: torch.Tensor = field(default=None)
+    retrieve: torch.Tensor = field(default=None)
+
+
+def draft_tree(shape: Shape, gen: torch.Generator) -> DraftTree:
+    """Run EAGLE's top-k selection over random draft logits (peaked, so trees differ)."""
+    scores, score_list, token_list, parents_list = None, [], [], []
+    with torch.compiler.set_stance("force_eager"):  # select_top_k_tokens is torch.compile'd
+        for step in range(shape.steps):
+            rows = shape.bs * (1 if step == 0 else shape.topk)
+            probs = torch.softmax(4 * torch.randn(rows, 64, generator=gen), dim=-1)
+            topk_p, topk_index = probs.topk(shape.topk, dim=-1)
+            _, _, scores, tree_info = select_top_k_tokens(step, topk_p, topk_index, None,
+                                                          scores, shape.topk)
+            score_list.append(tree_info[0])
+            token_list.append(tree_info[1])
+            parents_list.append(tree_info[2])
+    parent_list, top_scores_index, _ = organize_draft_results(
+        score_list, token_list, parents_list, shape.num_drafts)
+    return DraftTree(parent_list, top_scores_index)
+
+
+def write_tree_mask(shape: Shape, tree: DraftTree, seq_lens: torch.Tensor, backend) -> torch.Tensor:
+    """The drafter's mask for ``backend``, chosen as ``build_eagle_verify_input`` does:
+    into the backend's own ``verify_mask`` when it has one that fits, else a fresh
+    FULL_MASK; written by SGLang's Triton tree kernel."""
+    verify_mask = backend.verify_mask
+    if verify_mask is not None and verify_mask.fits(shape.bs):
+        mode, mask = verify_mask.mode, verify_mask.buffer
+    else:
+        mode = TreeMaskMode.FULL_MASK
+        numel = shape.num_drafts * (int(seq_lens.sum()) + shape.bs * shape.num_drafts)
+        mask = torch.empty(numel, dtype=torch.bool)
+    mask.fill_(True)
+    tree.positions = torch.empty(shape.bs * shape.num_drafts, dtype=torch.long)
+    tree.retrieve = torch.full((3, shape.bs, shape.num_drafts), -1, dtype=torch.long)
+    sgl_build_tree_kernel_triton(
+        tree.parent_list, tree.top_scores_index, seq_lens, mask, tree.positions,
+        *tree.retrieve, shape.topk, shape.steps, shape.num_drafts, mode)
+    return mask
+
+
+def verify_input(shape: Shape, tree: DraftTree, custom_mask: torch.Tensor,
+                 seq_lens: torch.Tensor) -> EagleVerifyInput:
+    return EagleVerifyInput(
+        draft_token=torch.zeros(shape.bs * shape.num_drafts, dtype=torch.long),
+        custom_mask=custom_mask, positions=tree.positions, retrieve_index=tree.retrieve[0],
+        retrieve_next_token=tree.retrieve[1], retrieve_next_sibling=tree.retrieve[2],
+        retrieve_cum_len=None, spec_steps=shape.steps, topk=shape.topk,
+        draft_token_num=shape.num_drafts, capture_hidden_mode=CaptureHiddenMode.FULL,
+        seq_lens_sum=int(seq_lens.sum()), seq_lens_cpu=seq_lens.cpu())
+
+
+@dataclass
+class VerifyBatch:
+    """A batch's layout in the pools: request rows, prefix lengths, draft slots."""
+    req_pool_indices: torch.Tensor
+    seq_lens: torch.Tensor
+    out_cache_loc: torch.Tensor
+
+
+def place_batch(shape: Shape, runner, gen: torch.Generator) -> VerifyBatch:
+    """Give each request a row and shuffled slots from SGLang's allocators, and
+    fill the whole K/V pool with random values so a wrong slot shows."""
+    rows = runner.req_to_token_pool.alloc_rows(shape.bs + 1)[1:]  # skip one: rows not 1..bs
+    rows = torch.tensor(rows)[torch.randperm(shape.bs, generator=gen)]
+    lens = [n + shape.num_drafts for n in shape.prefix_lens]
+    slots = runner.token_to_kv_pool_allocator.alloc(2 * sum(lens))
+    slots = slots[torch.randperm(slots.numel(), generator=gen)][: sum(lens)]  # fragmented
+    req_to_token, draft_slots, start = runner.req_to_token_pool.req_to_token, [], 0
+    for row, prefix, n in zip(rows.tolist(), shape.prefix_lens, lens):
+        req_to_token[row, :n] = slots[start: start + n].to(torch.int32)
+        draft_slots.append(slots[start + prefix: start + n])
+        start += n
+    for buffer in (runner.token_to_kv_pool.get_key_buffer(0),
+                   runner.token_to_kv_pool.get_value_buffer(0)):
+        buffer.copy_(torch.randn(buffer.shape, generator=gen))
+    return VerifyBatch(rows.to(torch.int64), torch.tensor(shape.prefix_lens, dtype=torch.int64),
+                       torch.cat(draft_slots).to(torch.int64))
+
+
+def forward_batch(shape: Shape, runner, batch: VerifyBatch, spec_info) -> ForwardBatch:
+    """A TARGET_VERIFY batch bound to its own KV plan, as ForwardBatch.init_new would."""
+    fb = ForwardBatch(
+        forward_mode=ForwardMode.TARGET_VERIFY, batch_size=batch.seq_lens.shape[0],
+        input_ids=torch.zeros_like(batch.out_cache_loc), req_pool_indices=batch.req_pool_indices,
+        seq_lens=batch.seq_lens, out_cache_loc=batch.out_cache_loc,
+        seq_lens_sum=int(batch.seq_lens.sum()), seq_lens_cpu=batch.seq_lens.cpu(),
+        positions=spec_info.positions, spec_info=spec_info)
+    runner.kv_index_translator.bind_own_plan(fb)
+    return fb
+
+
+def random_qkv(shape: Shape, gen: torch.Generator):
+    """q as a strided view into a fused QKV projection, as models pass it."""
+    rows = shape.bs * shape.num_drafts
+    q_width = shape.num_q_heads * shape.head_dim
+    kv_width = shape.num_kv_heads * shape.head_dim
+    qkv = torch.randn(rows, q_width + 2 * kv_width, generator=gen).to(shape.dtype)
+    q, k, v = qkv.split([q_width, kv_width, kv_width], dim=-1)
+    return (q, k.reshape(rows, shape.num_kv_heads, shape.head_dim),
+            v.reshape(rows, shape.num_kv_heads, shape.head_dim))
+
+
+def build_backends(shape: Shape):
+    """SGLang's Triton backend and ours over one set of real pools."""
+    runner = stand_in_runner(shape)
+    return TritonAttnBackend(runner), VerifyOpsAttnBackend(runner), runner

@@ -1,0 +1,80 @@
+"""The SGLang plugin: ``--attention-backend verify_ops`` is valid in SGLang's own parser."""
+
+import argparse
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import entry_points
+
+import pytest
+
+pytest.importorskip("sglang", reason="needs sglang (pip install -e '.[test]')")
+
+BACKEND_FLAGS = ("--attention-backend", "--prefill-attention-backend",
+                 "--decode-attention-backend")
+# The README's EAGLE launch line, minus the model paths.
+README_FLAGS = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+                "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8",
+                "--attention-backend", "verify_ops",
+                "--speculative-draft-attention-backend", "triton"]
+
+
+def sglang_parser() -> argparse.ArgumentParser:
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    return parser
+
+
+def test_register_is_idempotent_and_sglang_parser_accepts_the_backend():
+    from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+    from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES
+
+    from verify_ops.sglang import plugin
+
+    plugin.register()
+    plugin.register()
+    assert ATTENTION_BACKEND_CHOICES.count("verify_ops") == 1
+    assert ATTENTION_BACKENDS["verify_ops"] is plugin.create_backend
+    parser = sglang_parser()
+    for flag in BACKEND_FLAGS:
+        args = parser.parse_args(["--model-path", "m", flag, "verify_ops"])
+        assert getattr(args, flag[2:].replace("-", "_")) == "verify_ops"
+    args = parser.parse_args(["--model-path", "m", "--speculative-draft-model-path", "d",
+                              *README_FLAGS])
+    assert (args.attention_backend, args.speculative_draft_attention_backend) == (
+        "verify_ops", "triton")
+    with pytest.raises(SystemExit):  # the parser still rejects unknown names
+        parser.parse_args(["--model-path", "m", "--attention-backend", "not_a_backend"])
+
+
+def test_entry_point_is_declared():
+    from verify_ops.sglang import plugin
+
+    (ep,) = [ep for ep in entry_points(group="sglang.srt.plugins") if ep.name == "verify_ops"]
+    assert ep.value == "verify_ops.sglang.plugin:register"
+    assert ep.load() is plugin.register
+
+
+def test_sglang_load_plugins_enables_the_flag_in_a_fresh_process():
+    # A fresh interpreter proves the entry point alone does it, as in each
+    # SGLang process (launch_server, scheduler, detokenizer).
+    script = textwrap.dedent(f"""
+        import argparse, os
+        os.environ.pop("SGLANG_PLUGINS", None)
+        from sglang.srt.server_args import ServerArgs, ATTENTION_BACKEND_CHOICES
+        assert "verify_ops" not in ATTENTION_BACKEND_CHOICES
+        from sglang.srt.plugins import load_plugins
+        load_plugins()
+        from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+        assert "verify_ops" in ATTENTION_BACKENDS
+        parser = argparse.ArgumentParser()
+        ServerArgs.add_cli_args(parser)
+        for flag in {BACKEND_FLAGS!r}:
+            parser.parse_args(["--model-path", "m", flag, "verify_ops"])
+        print("OK")
+    """)
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           timeout=300)
+    assert child.returncode == 0 and child.stdout.strip().endswith("OK"), child.stderr[-5000:]
