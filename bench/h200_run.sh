@@ -20,22 +20,19 @@ if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 step build 400 env TORCH_CUDA_ARCH_LIST=9.0a VERIFY_OPS_PTXAS_VERBOSE=1 \
   python3 -m pip install --no-build-isolation --no-deps -v -e . || { printf '%s\n' "${summary[@]}"; tail -40 "$OUT/build.log"; exit 1; }
-grep -E "registers|spill" "$OUT/build.log" | grep -B0 -A0 "" > "$OUT/ptxas.txt" || true
-so=$(python3 -c "import verify_ops._C as c; print(c.__file__)")
-cuobjdump --dump-sass "$so" > "$OUT/sass.txt" 2>&1 || true
-step pytest "${PYTEST_TIMEOUT:-420}" python3 -m pytest tests compile_tests graph_tests -q -rs -p no:cacheprovider --continue-on-collection-errors \
-  --junitxml="$OUT/junit.xml"
+step pytest "${PYTEST_TIMEOUT:-420}" python3 -m pytest tests compile_tests graph_tests -q -rs -p no:cacheprovider --continue-on-collection-errors
 step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   step bench "${BENCH_TIMEOUT:-1200}" python3 -m bench.bench_tree_attn --out "$OUT/bench.json" \
     --plot "$OUT/bench.png" "$@"
 fi
-step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
+[ "${SKIP_RACECHECK:-0}" = 1 ] || step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
+if [ -n "${EXTRA:-}" ]; then step extra 400 bash -c "$EXTRA"; fi
+echo "=== gpu ==="; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 echo "=== pytest failures ==="; grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -20
-echo "=== sanitizer ==="; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|relative error" "$OUT/memcheck.log" "$OUT/racecheck.log"
+echo "=== sanitizer ==="; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|relative error" "$OUT"/*check.log
 echo "=== ptxas ==="; grep -A2 "tree_attn_kernel" "$OUT/build.log" | grep -E "registers|spill" | sort | uniq -c | head
 echo "=== bench ==="; tail -n 60 "$OUT/bench.log" 2>/dev/null
 echo "=== steps ==="; printf '%s\n' "${summary[@]}"

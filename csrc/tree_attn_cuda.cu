@@ -179,6 +179,8 @@ at::Tensor tree_attn_cuda(const at::Tensor& q, const at::Tensor& k_cache,
                           const at::Tensor& v_cache, const at::Tensor& req_to_token,
                           const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
                           const at::Tensor& tree_mask, double sm_scale) {
+  check_tree_attn_args(kOp, q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
+                       tree_mask, at::Tensor());
   at::Tensor out = at::empty(q.sizes(), q.options());
   tree_attn_out_cuda(q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
                      tree_mask, sm_scale, out);

@@ -180,15 +180,15 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
   const int kv_head = blockIdx.y % p.num_kv_heads;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
+  // Both loads issue before either is used: one memory latency, not two.
   const int64_t prefix = load_index(p.seq_lens, p.lens_is_int64, b * p.lens_stride);
+  const int64_t req_row = load_index(p.req_pool_indices, p.rpi_is_int64, b * p.rpi_stride);
   const int64_t total = prefix + p.num_drafts;
   const SplitPlan plan =
       plan_splits(total, p.num_splits, p.split_min_tokens, kBlockN);
   if (split >= plan.active) return;
   const int64_t kv_begin = split * plan.chunk;
   const int64_t kv_end = min(total, kv_begin + plan.chunk);
-  const int64_t req_row =
-      load_index(p.req_pool_indices, p.rpi_is_int64, b * p.rpi_stride);
 
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t k_smem = smem_base + Cfg::kQSmemElems * 2;
