@@ -51,11 +51,9 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
   using Cfg = TileConfig<HEAD_DIM>;
   const int64_t rows = params.rows_per_kv_head;
   params.num_m_tiles = static_cast<int>(ceil_div64(rows, Cfg::kBlockM));
-  // Partials of a split are 8 * rows * HEAD_DIM bytes (written, then read,
-  // mostly from L2); a split's KV is 4 * tokens * HEAD_DIM bytes. Keep
-  // partials under ~1/4 of the KV, and every split at least 4 tiles long.
-  params.split_min_tokens = static_cast<int>(
-      ceil_div64(std::max<int64_t>(8 * rows, 4 * Cfg::kBlockN), Cfg::kBlockN) * Cfg::kBlockN);
+  // Two tiles per split at least: enough CTAs for two per SM matter more than
+  // the partials, which the merge reads back from L2.
+  params.split_min_tokens = 2 * Cfg::kBlockN;
   const int64_t ctas = static_cast<int64_t>(params.batch) * params.num_kv_heads *
                        params.num_m_tiles;
   params.num_splits = choose_num_splits(ctas, multiprocessor_count(q.get_device()),
@@ -82,12 +80,9 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
   if (params.num_splits > 1) {
-    constexpr int kMergeThreads = 128;
-    constexpr int kRowsPerBlock = kMergeThreads / 32;
     const int64_t n_rows = static_cast<int64_t>(params.batch) * params.num_drafts *
                            params.num_q_heads;
-    merge_splits_kernel<T, HEAD_DIM>
-        <<<ceil_div64(n_rows, kRowsPerBlock), kMergeThreads, 0, stream>>>(params);
+    merge_splits_kernel<T, HEAD_DIM><<<n_rows, kMergeWarps * 32, 0, stream>>>(params);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 }

@@ -431,14 +431,18 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
 }
 
 // Merges the normalized split outputs of one (token, q head) row with their
-// LSEs: one warp per row, each lane owning HEAD_DIM / 32 dims.
+// LSEs. One CTA per row; warp w folds splits w, w + kMergeWarps, ... with
+// several loads in flight, then the warps combine through shared memory.
+constexpr int kMergeWarps = 4;
+
 template <typename T, int HEAD_DIM>
-__global__ void merge_splits_kernel(const TreeAttnParams p) {
-  constexpr int kDims = HEAD_DIM / 32;
+__global__ void __launch_bounds__(kMergeWarps * 32)
+    merge_splits_kernel(const TreeAttnParams p) {
+  constexpr int kDims = HEAD_DIM / 32;  // per lane
+  constexpr int kUnroll = 8;
   const int64_t n_rows = static_cast<int64_t>(p.batch) * p.num_drafts * p.num_q_heads;
-  const int64_t q_row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (q_row >= n_rows) return;
-  const int lane = threadIdx.x % 32;
+  const int64_t q_row = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t token = q_row / p.num_q_heads;
   const int head = static_cast<int>(q_row % p.num_q_heads);
   const int b = static_cast<int>(token / p.num_drafts);
@@ -458,25 +462,54 @@ __global__ void merge_splits_kernel(const TreeAttnParams p) {
   float weight_sum = 0.f;
   if (max_lse != -INFINITY) {
     const float* part = p.partial_out + q_row * HEAD_DIM + lane * kDims;
-#pragma unroll 4
-    for (int s = 0; s < plan.active; ++s) {
-      const float w = exp2f(lse[s * n_rows] - max_lse);
-      const float* x = part + s * n_rows * HEAD_DIM;
+    for (int s0 = warp; s0 < plan.active; s0 += kMergeWarps * kUnroll) {
+      float w[kUnroll];
+      float x[kUnroll][kDims];
 #pragma unroll
-      for (int i = 0; i < kDims; i += 2) {
-        const float2 v = *reinterpret_cast<const float2*>(x + i);
-        acc[i] += w * v.x;
-        acc[i + 1] += w * v.y;
+      for (int u = 0; u < kUnroll; ++u) {
+        const int s = s0 + u * kMergeWarps;
+        const bool in = s < plan.active;
+        w[u] = in ? exp2f(lse[s * n_rows] - max_lse) : 0.f;
+#pragma unroll
+        for (int i = 0; i < kDims; i += 2) {
+          const float2 v = in ? *reinterpret_cast<const float2*>(part + s * n_rows * HEAD_DIM + i)
+                              : make_float2(0.f, 0.f);
+          x[u][i] = v.x;
+          x[u][i + 1] = v.y;
+        }
       }
-      weight_sum += w;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        weight_sum += w[u];
+#pragma unroll
+        for (int i = 0; i < kDims; ++i) acc[i] += w[u] * x[u][i];
+      }
     }
   }
-  const float inv = weight_sum > 0.f ? 1.f / weight_sum : 0.f;
+
+  __shared__ float warp_acc[kMergeWarps][HEAD_DIM];
+  __shared__ float warp_weight[kMergeWarps];
+#pragma unroll
+  for (int i = 0; i < kDims; ++i) warp_acc[warp][lane * kDims + i] = acc[i];
+  if (lane == 0) warp_weight[warp] = weight_sum;
+  __syncthreads();
+  if (warp != 0) return;
+  float total_weight = 0.f;
+#pragma unroll
+  for (int w = 0; w < kMergeWarps; ++w) total_weight += warp_weight[w];
+  const float inv = total_weight > 0.f ? 1.f / total_weight : 0.f;
+  float out[kDims];
+#pragma unroll
+  for (int i = 0; i < kDims; ++i) {
+    out[i] = 0.f;
+#pragma unroll
+    for (int w = 0; w < kMergeWarps; ++w) out[i] += warp_acc[w][lane * kDims + i];
+  }
   T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head +
            lane * kDims;
 #pragma unroll
   for (int i = 0; i < kDims; i += 2)
-    *reinterpret_cast<uint32_t*>(dst + i) = pack_pair<T>(acc[i] * inv, acc[i + 1] * inv);
+    *reinterpret_cast<uint32_t*>(dst + i) = pack_pair<T>(out[i] * inv, out[i + 1] * inv);
 }
 
 }  // namespace verify_ops
