@@ -149,6 +149,10 @@ def main(argv=None):
     print(f"device {torch.cuda.get_device_name()}: copy {ceilings['copy_bytes_per_s'] / 1e12:.2f} "
           f"TB/s, bf16 matmul {ceilings['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s", flush=True)
     heads = [tuple(int(x) for x in h.split("/")) for h in args.heads.split(",")]
+    meta = {"command": " ".join(["python -m bench.bench_tree_attn"] + (argv or sys.argv[1:])),
+            "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "python": platform.python_version(), **ceilings}
     rows = []
     for batch, ctx, d, (hq, hkv, hd), layout in itertools.product(
             ints(args.batches), ints(args.contexts), ints(args.drafts), heads,
@@ -163,14 +167,10 @@ def main(argv=None):
         brief = {m: (f"{r['us']:.1f}us" if "us" in r else r.get("error", "?"))
                  for m, r in row["methods"].items()}
         print(f"{shape.label():34} roof {row['roofline_us']:.1f}us {brief}", flush=True)
+        if args.out:  # after every case, so a run cut short still leaves its results
+            with open(args.out, "w") as f:
+                json.dump({"meta": meta, "rows": rows}, f, indent=1)
     table = format_table(rows, methods)
-    if args.out:
-        meta = {"command": " ".join(["python -m bench.bench_tree_attn"] + (argv or sys.argv[1:])),
-                "date": datetime.datetime.now().isoformat(timespec="seconds"),
-                "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                "python": platform.python_version(), **ceilings}
-        with open(args.out, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
     if args.plot:
         plot(rows, args.plot, methods)
     print(table)
