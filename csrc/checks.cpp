@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "check_message.h"
 #include "tree_attn.h"
 
 namespace verify_ops {
@@ -10,26 +11,26 @@ namespace {
 
 void check_rank(const char* op, const at::Tensor& t, const char* name,
                 int64_t rank, const char* layout) {
-  TORCH_CHECK(t.dim() == rank, op, ": ", name, " must be ", rank, "-D ",
+  VERIFY_CHECK(t.dim() == rank, op, ": ", name, " must be ", rank, "-D ",
               layout, ", got ", t.dim(), "-D with shape ", t.sizes());
 }
 
 void check_index_dtype(const char* op, const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, op,
+  VERIFY_CHECK(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, op,
               ": ", name, " must have dtype int32 or int64, got ",
               t.scalar_type());
 }
 
 void check_device(const char* op, const at::Tensor& t, const char* name,
                   const at::Tensor& q) {
-  TORCH_CHECK(t.device() == q.device(), op, ": ", name,
+  VERIFY_CHECK(t.device() == q.device(), op, ": ", name,
               " must be on the same device as q (", q.device(), "), got ",
               t.device());
 }
 
 void check_last_dim_contiguous(const char* op, const at::Tensor& t,
                                const char* name) {
-  TORCH_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, op, ": ", name,
+  VERIFY_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, op, ": ", name,
               " must have a contiguous last dim (stride 1), got stride ",
               t.stride(-1));
 }
@@ -54,21 +55,21 @@ TreeAttnShape check_tree_attn_args(const char* op, const at::Tensor& q,
 
   const bool on_cpu = q.device().is_cpu();
   const auto dtype = q.scalar_type();
-  TORCH_CHECK(dtype == at::kBFloat16 || dtype == at::kHalf ||
+  VERIFY_CHECK(dtype == at::kBFloat16 || dtype == at::kHalf ||
                   (on_cpu && dtype == at::kFloat),
               op, ": q must have dtype bfloat16 or float16",
               on_cpu ? " (float32 is also accepted on CPU)" : "", ", got ",
               dtype, " on ", q.device());
-  TORCH_CHECK(k_cache.scalar_type() == dtype, op,
+  VERIFY_CHECK(k_cache.scalar_type() == dtype, op,
               ": k_cache must have the dtype of q (", dtype, "), got ",
               k_cache.scalar_type());
-  TORCH_CHECK(v_cache.scalar_type() == dtype, op,
+  VERIFY_CHECK(v_cache.scalar_type() == dtype, op,
               ": v_cache must have the dtype of q (", dtype, "), got ",
               v_cache.scalar_type());
   check_index_dtype(op, req_to_token, "req_to_token");
   check_index_dtype(op, req_pool_indices, "req_pool_indices");
   check_index_dtype(op, seq_lens, "seq_lens");
-  TORCH_CHECK(tree_mask.scalar_type() == at::kBool, op,
+  VERIFY_CHECK(tree_mask.scalar_type() == at::kBool, op,
               ": tree_mask must have dtype bool, got ",
               tree_mask.scalar_type());
 
@@ -81,23 +82,23 @@ TreeAttnShape check_tree_attn_args(const char* op, const at::Tensor& q,
 
   TreeAttnShape s;
   s.batch = seq_lens.size(0);
-  TORCH_CHECK(req_pool_indices.size(0) == s.batch, op,
+  VERIFY_CHECK(req_pool_indices.size(0) == s.batch, op,
               ": req_pool_indices must have bs = seq_lens.size(0) = ",
               s.batch, " entries, got ", req_pool_indices.size(0));
-  TORCH_CHECK(tree_mask.size(0) == s.batch, op,
+  VERIFY_CHECK(tree_mask.size(0) == s.batch, op,
               ": tree_mask.size(0) must equal bs = seq_lens.size(0) = ",
               s.batch, ", got ", tree_mask.size(0));
   if (s.batch > 0) {
-    TORCH_CHECK(q.size(0) % s.batch == 0, op,
+    VERIFY_CHECK(q.size(0) % s.batch == 0, op,
                 ": q.size(0) must be a multiple of bs = ", s.batch, ", got ",
                 q.size(0));
     s.num_drafts = q.size(0) / s.batch;
   } else {
-    TORCH_CHECK(q.size(0) == 0, op,
+    VERIFY_CHECK(q.size(0) == 0, op,
                 ": q.size(0) must be 0 when bs = 0, got ", q.size(0));
     s.num_drafts = tree_mask.size(1);
   }
-  TORCH_CHECK(tree_mask.size(1) == s.num_drafts &&
+  VERIFY_CHECK(tree_mask.size(1) == s.num_drafts &&
                   tree_mask.size(2) == s.num_drafts,
               op, ": tree_mask must have shape [bs, D, D] = [", s.batch, ", ",
               s.num_drafts, ", ", s.num_drafts, "] (D = q.size(0) / bs), got ",
@@ -107,16 +108,16 @@ TreeAttnShape check_tree_attn_args(const char* op, const at::Tensor& q,
   s.head_dim = q.size(2);
   s.pool_size = k_cache.size(0);
   s.num_kv_heads = k_cache.size(1);
-  TORCH_CHECK(s.head_dim > 0, op, ": head_dim must be positive, got ",
+  VERIFY_CHECK(s.head_dim > 0, op, ": head_dim must be positive, got ",
               s.head_dim);
-  TORCH_CHECK(s.num_kv_heads > 0 && s.num_q_heads % s.num_kv_heads == 0, op,
+  VERIFY_CHECK(s.num_kv_heads > 0 && s.num_q_heads % s.num_kv_heads == 0, op,
               ": Hq (q.size(1) = ", s.num_q_heads,
               ") must be a positive multiple of Hkv (k_cache.size(1) = ",
               s.num_kv_heads, ")");
-  TORCH_CHECK(k_cache.size(2) == s.head_dim, op,
+  VERIFY_CHECK(k_cache.size(2) == s.head_dim, op,
               ": k_cache head_dim must equal q's (", s.head_dim, "), got ",
               k_cache.size(2));
-  TORCH_CHECK(v_cache.sizes() == k_cache.sizes(), op,
+  VERIFY_CHECK(v_cache.sizes() == k_cache.sizes(), op,
               ": v_cache must have the shape of k_cache (", k_cache.sizes(),
               "), got ", v_cache.sizes());
 
@@ -125,10 +126,10 @@ TreeAttnShape check_tree_attn_args(const char* op, const at::Tensor& q,
   check_last_dim_contiguous(op, v_cache, "v_cache");
 
   if (out.defined()) {
-    TORCH_CHECK(out.sizes() == q.sizes(), op,
+    VERIFY_CHECK(out.sizes() == q.sizes(), op,
                 ": out must have the shape of q (", q.sizes(), "), got ",
                 out.sizes());
-    TORCH_CHECK(out.scalar_type() == dtype, op,
+    VERIFY_CHECK(out.scalar_type() == dtype, op,
                 ": out must have the dtype of q (", dtype, "), got ",
                 out.scalar_type());
     check_device(op, out, "out", q);
@@ -154,14 +155,14 @@ void check_tree_attn_values(const char* op, const TreeAttnShape& shape,
   const auto lens = seq_lens.to(at::kLong);
   const int64_t rpi_min = rpi.min().item<int64_t>();
   const int64_t rpi_max = rpi.max().item<int64_t>();
-  TORCH_CHECK(rpi_min >= 0 && rpi_max < shape.num_req_rows, op,
+  VERIFY_CHECK(rpi_min >= 0 && rpi_max < shape.num_req_rows, op,
               ": req_pool_indices must lie in [0, ", shape.num_req_rows,
               ") (req_to_token.size(0)), got values in [", rpi_min, ", ",
               rpi_max, "]");
   const int64_t len_min = lens.min().item<int64_t>();
-  TORCH_CHECK(len_min >= 0, op, ": seq_lens must be >= 0, got ", len_min);
+  VERIFY_CHECK(len_min >= 0, op, ": seq_lens must be >= 0, got ", len_min);
   const int64_t need = (lens + shape.num_drafts).max().item<int64_t>();
-  TORCH_CHECK(need <= shape.max_context, op,
+  VERIFY_CHECK(need <= shape.max_context, op,
               ": seq_lens + D must be <= max_ctx = req_to_token.size(1) = ",
               shape.max_context, ", got ", need);
   // Slots actually read: req_to_token[rpi[b], 0 : seq_lens[b] + D].
@@ -172,7 +173,7 @@ void check_tree_attn_values(const char* op, const TreeAttnShape& shape,
   if (slots.numel() == 0) return;
   const int64_t slot_min = slots.min().item<int64_t>();
   const int64_t slot_max = slots.max().item<int64_t>();
-  TORCH_CHECK(slot_min >= 0 && slot_max < shape.pool_size, op,
+  VERIFY_CHECK(slot_min >= 0 && slot_max < shape.pool_size, op,
               ": KV slots in req_to_token must lie in [0, ", shape.pool_size,
               ") (k_cache.size(0)), got values in [", slot_min, ", ",
               slot_max, "]");

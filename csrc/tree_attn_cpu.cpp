@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "check_message.h"
 #include "tree_attn.h"
 
 namespace verify_ops {
@@ -143,7 +144,7 @@ void tree_attn_out_cpu(const at::Tensor& q, const at::Tensor& k_cache,
   const TreeAttnShape s =
       check_tree_attn_args(op, q, k_cache, v_cache, req_to_token,
                            req_pool_indices, seq_lens, tree_mask, out);
-  TORCH_CHECK(q.device().is_cpu(), op, ": the CPU kernel got q on ",
+  VERIFY_CHECK(q.device().is_cpu(), op, ": the CPU kernel got q on ",
               q.device());
   if (debug_checks_enabled())
     check_tree_attn_values(op, s, req_to_token, req_pool_indices, seq_lens);

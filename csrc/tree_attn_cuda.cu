@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "check_message.h"
 #include "tree_attn.h"
 #include "tree_attn_kernel.cuh"
 
@@ -95,7 +96,7 @@ void dispatch_head_dim(TreeAttnParams& params, int64_t head_dim, const at::Tenso
     case 128: return launch<T, 128>(params, q, max_context, stream);
     case 256: return launch<T, 256>(params, q, max_context, stream);
     default:
-      TORCH_CHECK(false, kOp, ": head_dim must be 64, 128 or 256 on CUDA, got ", head_dim);
+      VERIFY_CHECK(false, kOp, ": head_dim must be 64, 128 or 256 on CUDA, got ", head_dim);
   }
 }
 
@@ -108,14 +109,14 @@ void tree_attn_out_cuda(const at::Tensor& q_arg, const at::Tensor& k_cache,
                         const at::Tensor& out_arg) {
   const TreeAttnShape s = check_tree_attn_args(kOp, q_arg, k_cache, v_cache, req_to_token,
                                                req_pool_indices, seq_lens, tree_mask, out_arg);
-  TORCH_CHECK(q_arg.is_cuda(), kOp, ": the CUDA kernel got q on ", q_arg.device());
-  TORCH_CHECK(s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256, kOp,
+  VERIFY_CHECK(q_arg.is_cuda(), kOp, ": the CUDA kernel got q on ", q_arg.device());
+  VERIFY_CHECK(s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256, kOp,
               ": head_dim must be 64, 128 or 256 on CUDA, got ", s.head_dim);
   const c10::cuda::CUDAGuard guard(q_arg.device());
   if (debug_checks_enabled())
     check_tree_attn_values(kOp, s, req_to_token, req_pool_indices, seq_lens);
   if (s.batch == 0 || s.num_drafts == 0) return;
-  TORCH_CHECK(aligned_16(k_cache) && aligned_16(v_cache), kOp,
+  VERIFY_CHECK(aligned_16(k_cache) && aligned_16(v_cache), kOp,
               ": k_cache and v_cache need 16-byte aligned data and strides that are "
               "multiples of 8 elements, got strides ", k_cache.strides(), " and ",
               v_cache.strides());
