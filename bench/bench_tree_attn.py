@@ -117,7 +117,8 @@ def plot(rows: list[dict], path: str, methods: list[str]) -> None:
     picks = sorted({(r["shape"]["num_q_heads"], r["shape"]["num_kv_heads"], r["shape"]["head_dim"],
                      r["shape"]["num_drafts"]) for r in rows
                     if r["shape"]["batch"] == 1 and r["shape"]["layout"] == "fragmented"})
-    picks = [p for p in picks if p[3] in (8, 64)][:4] or picks[:4]
+    picks = [p for p in picks if p[3] in (8, 64)] or picks
+    picks = sorted(picks, key=lambda p: (p[:3] != (32, 8, 128), p))[:4]  # Llama-3-8B first
     fig, axes = plt.subplots(1, max(1, len(picks)), figsize=(5 * max(1, len(picks)), 4),
                              squeeze=False)
     for ax, (hq, hkv, hd, d) in zip(axes[0], picks):
