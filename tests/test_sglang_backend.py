@@ -14,7 +14,10 @@ from types import SimpleNamespace
 
 import pytest
 
-pytest.importorskip("sglang", reason="needs sglang (pip install -e '.[test]')")
+# sglang itself may import while its deeper modules lack dependencies (seen on
+# the H200 box: no `dill`); skip on what the tests really import.
+for _module in ("sglang.srt.configs.model_config", "sglang.srt.model_executor.forward_batch_info"):
+    pytest.importorskip(_module)
 
 import torch  # noqa: E402
 

@@ -8,7 +8,10 @@ from importlib.metadata import entry_points
 
 import pytest
 
-pytest.importorskip("sglang", reason="needs sglang (pip install -e '.[test]')")
+# sglang itself may import while its deeper modules lack dependencies (seen on
+# the H200 box: no `dill`); skip on what the tests really import.
+for _module in ("sglang.srt.server_args", "sglang.srt.layers.attention.attention_registry"):
+    pytest.importorskip(_module)
 
 BACKEND_FLAGS = ("--attention-backend", "--prefill-attention-backend",
                  "--decode-attention-backend")
