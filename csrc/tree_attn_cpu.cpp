@@ -37,6 +37,19 @@ struct IndexReader {
   }
 };
 
+// Eight independent partial sums let the compiler vectorize the reduction
+// without reassociating floating-point adds.
+float dot(const float* a, const float* b, int64_t n) {
+  float lanes[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+    for (int j = 0; j < 8; ++j) lanes[j] += a[c + j] * b[c + j];
+  float sum = 0.f;
+  for (; c < n; ++c) sum += a[c] * b[c];
+  for (int j = 0; j < 8; ++j) sum += lanes[j];
+  return sum;
+}
+
 template <typename scalar_t>
 void tree_attn_cpu_kernel(const TreeAttnShape& s, const at::Tensor& q,
                           const at::Tensor& k_cache, const at::Tensor& v_cache,
@@ -99,8 +112,7 @@ void tree_attn_cpu_kernel(const TreeAttnShape& s, const at::Tensor& q,
             const int64_t pos = start + t;
             float sc = -std::numeric_limits<float>::infinity();
             if (pos < prefix || mask_row[(pos - prefix) * tree_mask.stride(2)]) {
-              sc = 0.f;
-              for (int64_t c = 0; c < d; ++c) sc += qf[r * d + c] * kf[t * d + c];
+              sc = dot(qf.data() + r * d, kf.data() + t * d, d);
             }
             scores[r * kTileTokens + t] = sc;
             tile_max = std::max(tile_max, sc);
