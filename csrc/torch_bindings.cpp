@@ -34,4 +34,8 @@ TORCH_LIBRARY(verify, m) {
       "tree_attn_out(Tensor q, Tensor k_cache, Tensor v_cache, "
       "Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
       "Tensor tree_mask, float sm_scale, Tensor(a!) out) -> ()");
+  // Copies slot src_slots[i] to dst_slots[i] in every layer's K and V cache.
+  m.def(
+      "relocate_kv(Tensor(a!)[] k_caches, Tensor(b!)[] v_caches, "
+      "Tensor src_slots, Tensor dst_slots) -> ()");
 }

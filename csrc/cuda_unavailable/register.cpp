@@ -4,9 +4,9 @@
 
 namespace {
 
-[[noreturn]] void cuda_not_built() {
-  TORCH_CHECK(false,
-              "verify.tree_attn: this build of verify_ops has no CUDA kernel. "
+[[noreturn]] void cuda_not_built(const char* op) {
+  TORCH_CHECK(false, op,
+              ": this build of verify_ops has no CUDA kernel. "
               "Rebuild with a CUDA build of torch and a CUDA toolkit "
               "(CUDA_HOME), or set VERIFY_OPS_BUILD_CUDA=1 to require it.");
 }
@@ -15,14 +15,19 @@ at::Tensor tree_attn_unavailable(const at::Tensor&, const at::Tensor&,
                                  const at::Tensor&, const at::Tensor&,
                                  const at::Tensor&, const at::Tensor&,
                                  const at::Tensor&, double) {
-  cuda_not_built();
+  cuda_not_built("verify.tree_attn");
 }
 
 void tree_attn_out_unavailable(const at::Tensor&, const at::Tensor&,
                                const at::Tensor&, const at::Tensor&,
                                const at::Tensor&, const at::Tensor&,
                                const at::Tensor&, double, const at::Tensor&) {
-  cuda_not_built();
+  cuda_not_built("verify.tree_attn");
+}
+
+void relocate_kv_unavailable(at::TensorList, at::TensorList, const at::Tensor&,
+                             const at::Tensor&) {
+  cuda_not_built("verify.relocate_kv");
 }
 
 }  // namespace
@@ -30,4 +35,5 @@ void tree_attn_out_unavailable(const at::Tensor&, const at::Tensor&,
 TORCH_LIBRARY_IMPL(verify, CUDA, m) {
   m.impl("tree_attn", &tree_attn_unavailable);
   m.impl("tree_attn_out", &tree_attn_out_unavailable);
+  m.impl("relocate_kv", &relocate_kv_unavailable);
 }
