@@ -14,6 +14,7 @@ from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
 from ..trees import qlen_only_to_full_mask
+from .defrag import FragmentationLog
 from .fallback import call_fallback_reason, log_fallback_once, model_fallback_reasons
 from .tree_mask import allocate_verify_mask, batch_tree_mask, copy_into
 
@@ -35,6 +36,7 @@ class VerifyOpsAttnBackend(TritonAttnBackend):
             # Sized for every request row, so the drafter always fits (eager too).
             self._verify_mask = allocate_verify_mask(
                 self.req_to_token_pool.size, self.num_draft_tokens, self.device)
+        self.fragmentation_log = FragmentationLog.for_backend() if self.serves_verify else None
 
     def _serves(self, forward_batch) -> bool:
         spec_info = forward_batch.spec_info
@@ -72,6 +74,8 @@ class VerifyOpsAttnBackend(TritonAttnBackend):
         # warmup batch's all-ones one; the first bs * D * D cells are this batch.
         self.tree_mask = batch_tree_mask(forward_batch.spec_info.custom_mask,
                                          *self._batch_shape(forward_batch))
+        if self.fragmentation_log is not None:
+            self.fragmentation_log.observe(self.req_to_token, forward_batch)
 
     def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
         if not self._serves(forward_batch):
@@ -81,6 +85,8 @@ class VerifyOpsAttnBackend(TritonAttnBackend):
         # Capture and replay both copy into the owned buffer, never rebind it.
         self.tree_mask = copy_into(self._verify_mask, forward_batch.spec_info.custom_mask,
                                    *self._batch_shape(forward_batch))
+        if self.fragmentation_log is not None and not in_capture:
+            self.fragmentation_log.observe(self.req_to_token, forward_batch)
 
     def init_forward_metadata_in_graph(self, forward_batch):
         # Verify records nothing here: the op reads its inputs by address.

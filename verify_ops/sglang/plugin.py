@@ -12,13 +12,17 @@ BACKEND_NAME = "verify_ops"
 
 
 def register() -> None:
-    """Add the backend choice and its factory; safe to call any number of times."""
+    """Add the backend choice and its factory, and the defrag hooks (``defrag.py``);
+    safe to call any number of times."""
     from sglang.srt.layers.attention import attention_registry
     from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES, add_attention_backend_choices
+
+    from . import defrag
 
     if BACKEND_NAME not in ATTENTION_BACKEND_CHOICES:  # the adder is a bare list.extend
         add_attention_backend_choices([BACKEND_NAME])
     attention_registry.register_attention_backend(BACKEND_NAME)(create_backend)
+    defrag.install()
 
 
 def create_backend(runner):
