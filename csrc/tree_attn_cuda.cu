@@ -31,6 +31,36 @@ int multiprocessor_count(int device) {
   return counts[device];
 }
 
+// Programmatic dependent launch needs sm_90 or newer.
+bool supports_dependent_launch(int device) {
+  static std::mutex mu;
+  static std::vector<int> majors;
+  std::lock_guard<std::mutex> lock(mu);
+  if (device >= static_cast<int>(majors.size())) majors.resize(device + 1, 0);
+  if (majors[device] == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&majors[device],
+                                          cudaDevAttrComputeCapabilityMajor, device));
+  }
+  return majors[device] >= 9;
+}
+
+// Launches a merge kernel so that, where the device allows, it starts while
+// the attention kernel before it drains (the kernel waits for that grid).
+template <typename... Args>
+void launch_after_attention(void (*kernel)(Args...), dim3 grid, int threads,
+                            cudaStream_t stream, int device, const TreeAttnParams& params) {
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(threads);
+  config.stream = stream;
+  config.attrs = &overlap;
+  config.numAttrs = supports_dependent_launch(device) ? 1 : 0;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, params));
+}
+
 bool aligned_16(const at::Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 &&
          t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0;
@@ -43,13 +73,13 @@ int choose_num_splits(int64_t ctas_without_split, int sm_count, int64_t max_cont
                       int min_tokens) {
   const int64_t want = ceil_div64(2 * sm_count, std::max<int64_t>(ctas_without_split, 1));
   const int64_t most = std::max<int64_t>(1, ceil_div64(max_context, min_tokens));
-  return static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 1024)));
+  return static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(most, kMaxSplits)));
 }
 
-template <typename T, int HEAD_DIM>
+template <typename T, int HEAD_DIM, int KEY_SPLIT>
 void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
             cudaStream_t stream) {
-  using Cfg = TileConfig<HEAD_DIM>;
+  using Cfg = TileConfig<HEAD_DIM, KEY_SPLIT>;
   const int64_t rows = params.rows_per_kv_head;
   params.num_m_tiles = static_cast<int>(ceil_div64(rows, Cfg::kBlockM));
   // Two tiles per split at least: enough CTAs for two per SM matter more than
@@ -61,18 +91,18 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
                                         max_context,
                                         params.split_min_tokens);
 
+  const int64_t n_rows = static_cast<int64_t>(params.batch) * params.num_drafts *
+                         params.num_q_heads;
   at::Tensor partial_out, partial_lse;
   if (params.num_splits > 1) {
-    const int64_t n_rows = static_cast<int64_t>(params.batch) * params.num_drafts *
-                           params.num_q_heads;
-    partial_out = at::empty({params.num_splits, n_rows, HEAD_DIM},
+    partial_out = at::empty({n_rows, params.num_splits, HEAD_DIM},
                             q.options().dtype(at::kFloat));
-    partial_lse = at::empty({params.num_splits, n_rows}, q.options().dtype(at::kFloat));
+    partial_lse = at::empty({n_rows, params.num_splits}, q.options().dtype(at::kFloat));
     params.partial_out = partial_out.data_ptr<float>();
     params.partial_lse = partial_lse.data_ptr<float>();
   }
 
-  auto* kernel = tree_attn_kernel<T, HEAD_DIM>;
+  auto* kernel = tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid(params.num_m_tiles * params.num_splits,
@@ -80,21 +110,39 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
-  if (params.num_splits > 1) {
-    const int64_t n_rows = static_cast<int64_t>(params.batch) * params.num_drafts *
-                           params.num_q_heads;
-    merge_splits_kernel<T, HEAD_DIM><<<n_rows, kMergeWarps * 32, 0, stream>>>(params);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const int device = q.get_device();
+  if (params.num_splits > kFewSplits) {
+    launch_after_attention(merge_splits_kernel<T, HEAD_DIM>,
+                           dim3(n_rows, HEAD_DIM / kMergeDims), kMergeThreads, stream, device,
+                           params);
+  } else if (params.num_splits > 1) {
+    launch_after_attention(merge_few_splits_kernel<T, HEAD_DIM>,
+                           dim3(ceil_div64(n_rows, kFewSplitRowsPerCta)),
+                           kFewSplitRowsPerCta * 32, stream, device, params);
   }
+}
+
+// Few query rows per KV head leave warps of a 64-row tile idle: split each KV
+// tile across them instead (see TileConfig).
+template <typename T, int HEAD_DIM>
+void launch_for_rows(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
+                     cudaStream_t stream) {
+  if constexpr (TileConfig<HEAD_DIM>::kBlockN >= 64) {
+    if (params.rows_per_kv_head <= 16)
+      return launch<T, HEAD_DIM, 4>(params, q, max_context, stream);
+  }
+  if (params.rows_per_kv_head <= 32)
+    return launch<T, HEAD_DIM, 2>(params, q, max_context, stream);
+  return launch<T, HEAD_DIM, 1>(params, q, max_context, stream);
 }
 
 template <typename T>
 void dispatch_head_dim(TreeAttnParams& params, int64_t head_dim, const at::Tensor& q,
                        int64_t max_context, cudaStream_t stream) {
   switch (head_dim) {
-    case 64: return launch<T, 64>(params, q, max_context, stream);
-    case 128: return launch<T, 128>(params, q, max_context, stream);
-    case 256: return launch<T, 256>(params, q, max_context, stream);
+    case 64: return launch_for_rows<T, 64>(params, q, max_context, stream);
+    case 128: return launch_for_rows<T, 128>(params, q, max_context, stream);
+    case 256: return launch_for_rows<T, 256>(params, q, max_context, stream);
     default:
       VERIFY_CHECK(false, kOp, ": head_dim must be 64, 128 or 256 on CUDA, got ", head_dim);
   }

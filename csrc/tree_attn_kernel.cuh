@@ -1,11 +1,11 @@
 // Split-KV tree-attention kernel on tensor cores (mma.sync m16n8k16).
 //
-// One CTA owns (request b, KV head h, a 64-row tile of the D*group query rows
-// that share h, one split of the KV sequence). Each KV token of the split is
-// read once into shared memory and used for all rows of the tile; KV tokens
+// One CTA owns (request b, KV head h, a tile of up to 64 of the D*group query
+// rows that share h, one split of the KV sequence). Each KV token of the split
+// is read once into shared memory and used for all rows of the tile; KV tokens
 // are prefix tokens 0..L-1 then draft tokens L..L+D-1, each at the slot
 // req_to_token[req_pool_indices[b], pos]. Draft tokens are masked per row by
-// tree_mask. Splits write fp32 partials merged by merge_splits_kernel.
+// tree_mask. Splits write fp32 partials that a merge kernel combines.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,12 +17,18 @@
 
 namespace verify_ops {
 
-template <int HEAD_DIM>
+template <int HEAD_DIM, int KEY_SPLIT = 1>
 struct TileConfig {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlockM = kWarps * 16;  // query rows per CTA
+  // With few query rows per KV head, warps that would hold only padding rows
+  // take a share of each KV tile instead: KEY_SPLIT warps cover one 16-row
+  // group, each over kBlockN / KEY_SPLIT keys, and combine at the end.
+  static constexpr int kRowWarps = kWarps / KEY_SPLIT;
+  static constexpr int kBlockM = kRowWarps * 16;  // query rows per CTA
   static constexpr int kBlockN = HEAD_DIM <= 128 ? 64 : 32;  // KV tokens per tile
+  static constexpr int kKeysPerWarp = kBlockN / KEY_SPLIT;
+  static_assert(kWarps % KEY_SPLIT == 0 && kKeysPerWarp % 16 == 0, "bad KEY_SPLIT");
   static constexpr int kStages = HEAD_DIM <= 128 ? 3 : 2;
   static constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
   static constexpr int kRowsPerPass = kThreads / kChunks;
@@ -35,10 +41,15 @@ struct TileConfig {
   static constexpr int kQSmemElems = kQInRegisters ? 0 : kBlockM * HEAD_DIM;
   static_assert(!kQInRegisters || kBlockM <= kBlockN, "Q must fit in one K stage");
   // Slot indices run kStages tiles ahead of the KV they address, through a
-  // ring of 2 * kStages tiles (8 bytes an entry, int32 or int64).
+  // ring of 2 * kStages tiles of 8-byte entries (int32 slots are zero-extended).
   static constexpr int kSlotRingTiles = 2 * kStages;
   static constexpr int kKVBytes = 2 * kStages * kTileElems * 2;
   static constexpr int kSmemBytes = kQSmemElems * 2 + kKVBytes + kSlotRingTiles * kBlockN * 8;
+  // Key-split warps hand their softmax state (O, max, sum per lane) to the
+  // first warp of their row group through the K/V stages once the loop is done.
+  static constexpr int kStateFloats = HEAD_DIM / 8 * 4 + 4;
+  static_assert((KEY_SPLIT - 1) * kRowWarps * 32 * kStateFloats * 4 <= kKVBytes,
+                "key-split exchange must fit in the K/V stages");
 };
 
 __host__ __device__ inline int64_t ceil_div64(int64_t a, int64_t b) {
@@ -73,6 +84,7 @@ struct Vec2;
 template <>
 struct Vec2<__nv_bfloat16> {
   using type = __nv_bfloat162;
+  __device__ static __nv_bfloat16 one(float a) { return __float2bfloat16_rn(a); }
   __device__ static type pack(float a, float b) {
     return __floats2bfloat162_rn(a, b);
   }
@@ -80,6 +92,7 @@ struct Vec2<__nv_bfloat16> {
 template <>
 struct Vec2<__half> {
   using type = __half2;
+  __device__ static __half one(float a) { return __float2half_rn(a); }
   __device__ static type pack(float a, float b) { return __floats2half2_rn(a, b); }
 };
 
@@ -155,6 +168,27 @@ __device__ inline uint32_t swizzled(int row, int chunk) {
   return static_cast<uint32_t>(row * HEAD_DIM * 2 + ((chunk ^ (row & 7)) << 4));
 }
 
+// 2^x in one MUFU op; exp2f adds a denormal-range fixup around it, and
+// softmax weights below 2^-126 of the row maximum are zero either way.
+__device__ inline float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Programmatic dependent launch (sm_90+): the merge kernel may start while the
+// attention kernel drains, and waits here before it reads the partials.
+__device__ inline void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ inline void wait_for_primary_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 __device__ inline float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
@@ -164,21 +198,25 @@ __device__ inline float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffff, x, 2);
 }
 
-template <typename T, int HEAD_DIM>
-__global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
+template <typename T, int HEAD_DIM, int KEY_SPLIT>
+__global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
     tree_attn_kernel(const TreeAttnParams p) {
-  using Cfg = TileConfig<HEAD_DIM>;
+  using Cfg = TileConfig<HEAD_DIM, KEY_SPLIT>;
   constexpr int kBlockN = Cfg::kBlockN;
   constexpr int kKSteps = HEAD_DIM / 16;
-  constexpr int kNTiles = kBlockN / 8;   // score tiles of 8 keys
-  constexpr int kDTiles = HEAD_DIM / 8;  // output tiles of 8 dims
+  constexpr int kNTiles = Cfg::kKeysPerWarp / 8;  // score tiles of 8 keys, per warp
+  constexpr int kDTiles = HEAD_DIM / 8;           // output tiles of 8 dims
   extern __shared__ __align__(128) unsigned char smem[];
+  allow_dependent_launch();  // the merge kernel's CTAs queue behind this grid
 
   const int m_tile = blockIdx.x % p.num_m_tiles;
   const int split = blockIdx.x / p.num_m_tiles;
   const int b = blockIdx.y / p.num_kv_heads;
   const int kv_head = blockIdx.y % p.num_kv_heads;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int row_warp = warp % Cfg::kRowWarps;  // which 16 query rows
+  const int key_group = warp / Cfg::kRowWarps;  // which keys of each tile
+  const int key0 = key_group * Cfg::kKeysPerWarp;
 
   // Both loads issue before either is used: one memory latency, not two.
   const int64_t prefix = load_index(p.seq_lens, p.lens_is_int64, b * p.lens_stride);
@@ -217,43 +255,45 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
   // the slots of tile t + 2 * kStages - 1, so slot indices are in shared
   // memory a full step before the KV copies that need them are issued.
   const int num_tiles = static_cast<int>(ceil_div64(kv_end - kv_begin, kBlockN));
-  const unsigned char* slot_ring = smem + Cfg::kQSmemElems * 2 + Cfg::kKVBytes;
+  int64_t* slot_ring = reinterpret_cast<int64_t*>(smem + Cfg::kQSmemElems * 2 + Cfg::kKVBytes);
   const uint32_t slot_ring_smem = v_smem + Cfg::kStages * Cfg::kTileElems * 2;
+  const int r2t_bytes = p.r2t_is_int64 ? 8 : 4;
   const char* r2t_row = static_cast<const char*>(p.req_to_token) +
-                        req_row * p.r2t_stride_row * (p.r2t_is_int64 ? 8 : 4);
+                        req_row * p.r2t_stride_row * r2t_bytes;
+  if (!p.r2t_is_int64) {  // int32 slots land in the low half of each entry
+    for (int i = tid; i < Cfg::kSlotRingTiles * kBlockN; i += Cfg::kThreads) slot_ring[i] = 0;
+    __syncthreads();
+  }
   auto load_slots = [&](int tile) {
     if (tid < kBlockN) {
       const int64_t pos = kv_begin + static_cast<int64_t>(tile) * kBlockN + tid;
       const bool valid = tile < num_tiles && pos < kv_end;
       const int entry = (tile % Cfg::kSlotRingTiles) * kBlockN + tid;
+      const char* src = r2t_row + (valid ? pos * p.r2t_stride_pos * r2t_bytes : 0);
+      const int bytes = valid ? r2t_bytes : 0;
       if (p.r2t_is_int64)
-        cp_async_8(slot_ring_smem + entry * 8, r2t_row + (valid ? pos * p.r2t_stride_pos * 8 : 0),
-                   valid ? 8 : 0);
+        cp_async_8(slot_ring_smem + entry * 8, src, bytes);
       else
-        cp_async_4(slot_ring_smem + entry * 8, r2t_row + (valid ? pos * p.r2t_stride_pos * 4 : 0),
-                   valid ? 4 : 0);
+        cp_async_4(slot_ring_smem + entry * 8, src, bytes);
     }
   };
   // Each thread copies chunk `load_chunk` of rows load_row0 + j * kRowsPerPass.
   const int load_chunk = tid % Cfg::kChunks;
   const int load_row0 = tid / Cfg::kChunks;
+  const T* k_head = k + kv_head * p.k_stride_head + load_chunk * 8;
+  const T* v_head = v + kv_head * p.v_stride_head + load_chunk * 8;
   auto issue_tile = [&](int tile) {
     const int stage = tile % Cfg::kStages;
-    const unsigned char* ring = slot_ring + (tile % Cfg::kSlotRingTiles) * kBlockN * 8;
+    const int64_t* ring = slot_ring + (tile % Cfg::kSlotRingTiles) * kBlockN;
+    const int64_t rows_left = kv_end - kv_begin - static_cast<int64_t>(tile) * kBlockN;
 #pragma unroll
     for (int j = 0; j < Cfg::kLoadRows; ++j) {
       const int r = load_row0 + j * Cfg::kRowsPerPass;
-      const bool valid = kv_begin + static_cast<int64_t>(tile) * kBlockN + r < kv_end;
-      const int64_t slot = !valid ? 0
-                           : p.r2t_is_int64 ? reinterpret_cast<const int64_t*>(ring)[r]
-                                            : reinterpret_cast<const int32_t*>(ring)[2 * r];
+      const bool valid = r < rows_left;
+      const int64_t slot = valid ? ring[r] : 0;
       const uint32_t off = stage * Cfg::kTileElems * 2 + swizzled<HEAD_DIM>(r, load_chunk);
-      cp_async_16(k_smem + off,
-                  k + slot * p.k_stride_slot + kv_head * p.k_stride_head + load_chunk * 8,
-                  valid ? 16 : 0);
-      cp_async_16(v_smem + off,
-                  v + slot * p.v_stride_slot + kv_head * p.v_stride_head + load_chunk * 8,
-                  valid ? 16 : 0);
+      cp_async_16(k_smem + off, k_head + slot * p.k_stride_slot, valid ? 16 : 0);
+      cp_async_16(v_smem + off, v_head + slot * p.v_stride_slot, valid ? 16 : 0);
     }
   };
 
@@ -274,11 +314,11 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
   bool row_valid[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = row0 + warp * 16 + g + 8 * h;
+    const int row = row0 + row_warp * 16 + g + 8 * h;
     row_valid[h] = row < p.rows_per_kv_head;
     row_draft[h] = row_valid[h] ? row / p.group : 0;
   }
-  const bool warp_active = row0 + warp * 16 < p.rows_per_kv_head;
+  const bool warp_active = row0 + row_warp * 16 < p.rows_per_kv_head;
   const bool* mask_base = p.tree_mask + b * p.mask_stride_batch;
 
   float o[kDTiles][4];
@@ -289,7 +329,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
 
   uint32_t q_frag[Cfg::kQInRegisters ? kKSteps : 1][4];
   auto q_frag_addr = [&](int ks) {
-    return q_smem + swizzled<HEAD_DIM>(warp * 16 + (lane & 15), ks * 2 + (lane >> 4));
+    return q_smem + swizzled<HEAD_DIM>(row_warp * 16 + (lane & 15), ks * 2 + (lane >> 4));
   };
   if constexpr (Cfg::kQInRegisters) {
 #pragma unroll
@@ -324,53 +364,76 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
 #pragma unroll
         for (int n2 = 0; n2 < kNTiles / 2; ++n2) {
           uint32_t kb[4];
-          const int krow = n2 * 16 + (lane & 7) + ((lane >> 4) << 3);
+          const int krow = key0 + n2 * 16 + (lane & 7) + ((lane >> 4) << 3);
           ldmatrix_x4(kb, k_stage + swizzled<HEAD_DIM>(krow, ks * 2 + ((lane >> 3) & 1)));
           mma_16816<T>(s[2 * n2], a_reg, kb[0], kb[1]);
           mma_16816<T>(s[2 * n2 + 1], a_reg, kb[2], kb[3]);
         }
       }
 
-      // Scale, mask, and fold the tile into the running softmax.
+      // Scale, mask, and fold the tile into the running softmax. Masking is a
+      // separate pass, taken only by tiles that reach the drafts or the split's
+      // end, so the common path stays free of branches.
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[n][i] *= p.scale_log2;
       const int64_t tile_pos = kv_begin + static_cast<int64_t>(tile) * kBlockN;
-      const bool needs_mask = tile_pos + kBlockN > prefix || tile_pos + kBlockN > kv_end;
+      if (tile_pos + kBlockN > prefix || tile_pos + kBlockN > kv_end) {
+        // Tile-relative bounds: keys at or past keys_left do not exist, and key
+        // draft_begin + j is draft j (both fit an int once clamped to the tile).
+        const int keys_left = static_cast<int>(min(kv_end - tile_pos, static_cast<int64_t>(kBlockN)));
+        const int draft_begin = static_cast<int>(min(prefix - tile_pos, static_cast<int64_t>(kBlockN)));
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const bool* mask_row = mask_base + row_draft[h] * p.mask_stride_row;
+#pragma unroll
+          for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int key = key0 + n * 8 + 2 * t4 + e;
+              bool visible = key < keys_left;
+              if (visible && key >= draft_begin)
+                visible = row_valid[h] && mask_row[(key - draft_begin) * p.mask_stride_col];
+              if (!visible) s[n][2 * h + e] = -INFINITY;
+            }
+          }
+        }
+      }
+      float new_max[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float tile_max = -INFINITY;
 #pragma unroll
-        for (int n = 0; n < kNTiles; ++n) {
+        for (int n = 0; n < kNTiles; ++n)
+          tile_max = fmaxf(tile_max, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+        new_max[h] = fmaxf(row_max[h], quad_max(tile_max));
+      }
+      // A row that has seen nothing yet keeps max -inf; use 0 so exp2 stays finite.
+      float ref[2];
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float x = s[n][2 * h + e] * p.scale_log2;
-            if (needs_mask) {
-              const int64_t pos = tile_pos + n * 8 + 2 * t4 + e;
-              bool visible = pos < kv_end;
-              if (visible && pos >= prefix)
-                visible = row_valid[h] &&
-                          mask_base[row_draft[h] * p.mask_stride_row +
-                                    (pos - prefix) * p.mask_stride_col];
-              if (!visible) x = -INFINITY;
-            }
-            s[n][2 * h + e] = x;
-            tile_max = fmaxf(tile_max, x);
+      for (int h = 0; h < 2; ++h) ref[h] = new_max[h] == -INFINITY ? 0.f : new_max[h];
+      // Past the first tiles the running max rarely moves: skip the O rescale then.
+      if (!__all_sync(0xffffffff, new_max[0] == row_max[0] && new_max[1] == row_max[1])) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float rescale = fast_exp2(row_max[h] - ref[h]);
+          row_sum[h] *= rescale;
+#pragma unroll
+          for (int i = 0; i < kDTiles; ++i) {
+            o[i][2 * h] *= rescale;
+            o[i][2 * h + 1] *= rescale;
           }
         }
-        const float new_max = fmaxf(row_max[h], quad_max(tile_max));
-        // A row that has seen nothing yet keeps max -inf; use 0 so exp2 stays finite.
-        const float ref = new_max == -INFINITY ? 0.f : new_max;
-        const float rescale = exp2f(row_max[h] - ref);
-        row_max[h] = new_max;
-        row_sum[h] *= rescale;
+      }
 #pragma unroll
-        for (int i = 0; i < kDTiles; ++i) {
-          o[i][2 * h] *= rescale;
-          o[i][2 * h + 1] *= rescale;
-        }
+      for (int h = 0; h < 2; ++h) {
+        row_max[h] = new_max[h];
 #pragma unroll
         for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float pr = exp2f(s[n][2 * h + e] - ref);
+            const float pr = fast_exp2(s[n][2 * h + e] - ref[h]);
             s[n][2 * h + e] = pr;
             row_sum[h] += pr;
           }
@@ -379,12 +442,12 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
 
       // O += P V, with P taken straight from the score accumulators.
 #pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      for (int kk = 0; kk < kNTiles / 2; ++kk) {
         const uint32_t pa[4] = {pack_pair<T>(s[2 * kk][0], s[2 * kk][1]),
                                 pack_pair<T>(s[2 * kk][2], s[2 * kk][3]),
                                 pack_pair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                                 pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        const int vrow = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+        const int vrow = key0 + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
 #pragma unroll
         for (int d2 = 0; d2 < kDTiles / 2; ++d2) {
           uint32_t vb[4];
@@ -398,13 +461,61 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
   }
   cp_async_wait<0>();
 
+  if constexpr (KEY_SPLIT > 1) {
+    // Fold the other key groups' softmax state into key group 0, lane by lane
+    // (same fragment layout), through the now idle K/V stages.
+    __syncthreads();  // the last slot copies have landed; smem is free
+    constexpr int kLaneFloats = Cfg::kStateFloats;
+    float* exchange = reinterpret_cast<float*>(smem + Cfg::kQSmemElems * 2);
+    auto state_of = [&](int group) {
+      return exchange + ((group - 1) * Cfg::kRowWarps + row_warp) * 32 * kLaneFloats + lane;
+    };
+    if (key_group > 0 && warp_active) {
+      float* mine = state_of(key_group);
+#pragma unroll
+      for (int i = 0; i < kDTiles; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mine[(i * 4 + j) * 32] = o[i][j];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mine[(kDTiles * 4 + h) * 32] = row_max[h];
+        mine[(kDTiles * 4 + 2 + h) * 32] = row_sum[h];
+      }
+    }
+    __syncthreads();
+    if (key_group > 0) return;
+    if (warp_active) {
+#pragma unroll
+      for (int group = 1; group < KEY_SPLIT; ++group) {
+        const float* theirs = state_of(group);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float their_max = theirs[(kDTiles * 4 + h) * 32];
+          const float both = fmaxf(row_max[h], their_max);
+          const float ref = both == -INFINITY ? 0.f : both;
+          const float mine_scale = fast_exp2(row_max[h] - ref);
+          const float their_scale = fast_exp2(their_max - ref);
+          row_max[h] = both;
+          row_sum[h] = row_sum[h] * mine_scale +
+                       theirs[(kDTiles * 4 + 2 + h) * 32] * their_scale;
+#pragma unroll
+          for (int i = 0; i < kDTiles; ++i)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              o[i][2 * h + e] = o[i][2 * h + e] * mine_scale +
+                                theirs[(i * 4 + 2 * h + e) * 32] * their_scale;
+        }
+      }
+    }
+  }
+
   if (!warp_active) return;
   const bool direct = plan.active == 1;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float sum = quad_sum(row_sum[h]);
     if (!row_valid[h]) continue;
-    const int row = row0 + warp * 16 + g + 8 * h;
+    const int row = row0 + row_warp * 16 + g + 8 * h;
     const int64_t token = static_cast<int64_t>(b) * p.num_drafts + row / p.group;
     const int head = kv_head * p.group + row % p.group;
     // A row that sees no key outputs zeros.
@@ -416,100 +527,211 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM>::kThreads, 2)
         *reinterpret_cast<uint32_t*>(dst + i * 8 + 2 * t4) =
             pack_pair<T>(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
     } else {
-      const int64_t q_row = token * p.num_q_heads + head;
-      const int64_t n_rows = static_cast<int64_t>(p.batch) * p.num_drafts * p.num_q_heads;
-      float* dst = p.partial_out + (split * n_rows + q_row) * HEAD_DIM;
+      const int64_t partial = (token * p.num_q_heads + head) * p.num_splits + split;
+      float* dst = p.partial_out + partial * HEAD_DIM;
 #pragma unroll
       for (int i = 0; i < kDTiles; ++i)
         *reinterpret_cast<float2*>(dst + i * 8 + 2 * t4) =
             make_float2(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
-      if (t4 == 0)
-        p.partial_lse[split * n_rows + q_row] =
-            sum > 0.f ? row_max[h] + log2f(sum) : -INFINITY;
+      if (t4 == 0) p.partial_lse[partial] = sum > 0.f ? row_max[h] + log2f(sum) : -INFINITY;
     }
   }
 }
 
 // Merges the normalized split outputs of one (token, q head) row with their
-// LSEs. One CTA per row; warp w folds splits w, w + kMergeWarps, ... with
-// several loads in flight, then the warps combine through shared memory.
-constexpr int kMergeWarps = 4;
+// LSEs when there are at most 64 splits: one warp per row, lane l holds the
+// weights of splits l and l + 32, lanes own HEAD_DIM / 32 dims each. No shared
+// memory, no barrier, so thousands of rows with few splits each cost little.
+constexpr int kFewSplits = 64;
+constexpr int kFewSplitRowsPerCta = 4;
+
+template <int N>
+__device__ inline void load_floats(const float* src, float (&dst)[N]) {
+  static_assert(N % 2 == 0, "even number of floats");
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N; i += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(src + i);
+      dst[i] = v.x, dst[i + 1] = v.y, dst[i + 2] = v.z, dst[i + 3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; i += 2) {
+      const float2 v = *reinterpret_cast<const float2*>(src + i);
+      dst[i] = v.x, dst[i + 1] = v.y;
+    }
+  }
+}
 
 template <typename T, int HEAD_DIM>
-__global__ void __launch_bounds__(kMergeWarps * 32)
-    merge_splits_kernel(const TreeAttnParams p) {
-  constexpr int kDims = HEAD_DIM / 32;  // per lane
+__global__ void __launch_bounds__(kFewSplitRowsPerCta * 32)
+    merge_few_splits_kernel(const TreeAttnParams p) {
+  constexpr int kPerLane = HEAD_DIM / 32;
   constexpr int kUnroll = 8;
+  const int lane = threadIdx.x % 32;
   const int64_t n_rows = static_cast<int64_t>(p.batch) * p.num_drafts * p.num_q_heads;
-  const int64_t q_row = blockIdx.x;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t q_row = static_cast<int64_t>(blockIdx.x) * kFewSplitRowsPerCta + threadIdx.x / 32;
+  if (q_row >= n_rows) return;
   const int64_t token = q_row / p.num_q_heads;
   const int head = static_cast<int>(q_row % p.num_q_heads);
   const int b = static_cast<int>(token / p.num_drafts);
   const int64_t prefix = load_index(p.seq_lens, p.lens_is_int64, b * p.lens_stride);
   const SplitPlan plan = plan_splits(prefix + p.num_drafts, p.num_splits,
                                      p.split_min_tokens, TileConfig<HEAD_DIM>::kBlockN);
+  // Every CTA waits, so this grid never completes before the attention grid.
+  wait_for_primary_grid();
   if (plan.active == 1) return;  // the attention kernel wrote this row itself
 
-  const float* lse = p.partial_lse + q_row;
-  float max_lse = -INFINITY;
-  for (int s = lane; s < plan.active; s += 32) max_lse = fmaxf(max_lse, lse[s * n_rows]);
+  const float* lse = p.partial_lse + q_row * p.num_splits;
+  float weight[2], max_lse = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    weight[i] = lane + 32 * i < plan.active ? lse[lane + 32 * i] : -INFINITY;
+    max_lse = fmaxf(max_lse, weight[i]);
+  }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2)
     max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffff, max_lse, off));
-
-  float acc[kDims] = {};
-  float weight_sum = 0.f;
-  if (max_lse != -INFINITY) {
-    const float* part = p.partial_out + q_row * HEAD_DIM + lane * kDims;
-    for (int s0 = warp; s0 < plan.active; s0 += kMergeWarps * kUnroll) {
-      float w[kUnroll];
-      float x[kUnroll][kDims];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int s = s0 + u * kMergeWarps;
-        const bool in = s < plan.active;
-        w[u] = in ? exp2f(lse[s * n_rows] - max_lse) : 0.f;
-#pragma unroll
-        for (int i = 0; i < kDims; i += 2) {
-          const float2 v = in ? *reinterpret_cast<const float2*>(part + s * n_rows * HEAD_DIM + i)
-                              : make_float2(0.f, 0.f);
-          x[u][i] = v.x;
-          x[u][i + 1] = v.y;
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        weight_sum += w[u];
-#pragma unroll
-        for (int i = 0; i < kDims; ++i) acc[i] += w[u] * x[u][i];
-      }
-    }
-  }
-
-  __shared__ float warp_acc[kMergeWarps][HEAD_DIM];
-  __shared__ float warp_weight[kMergeWarps];
-#pragma unroll
-  for (int i = 0; i < kDims; ++i) warp_acc[warp][lane * kDims + i] = acc[i];
-  if (lane == 0) warp_weight[warp] = weight_sum;
-  __syncthreads();
-  if (warp != 0) return;
   float total_weight = 0.f;
 #pragma unroll
-  for (int w = 0; w < kMergeWarps; ++w) total_weight += warp_weight[w];
-  const float inv = total_weight > 0.f ? 1.f / total_weight : 0.f;
-  float out[kDims];
-#pragma unroll
-  for (int i = 0; i < kDims; ++i) {
-    out[i] = 0.f;
-#pragma unroll
-    for (int w = 0; w < kMergeWarps; ++w) out[i] += warp_acc[w][lane * kDims + i];
+  for (int i = 0; i < 2; ++i) {
+    // All splits empty (a row that sees no key): every weight 0, output 0.
+    weight[i] = max_lse == -INFINITY ? 0.f : fast_exp2(weight[i] - max_lse);
+    total_weight += weight[i];
   }
-  T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head +
-           lane * kDims;
 #pragma unroll
-  for (int i = 0; i < kDims; i += 2)
-    *reinterpret_cast<uint32_t*>(dst + i) = pack_pair<T>(out[i] * inv, out[i + 1] * inv);
+  for (int off = 16; off > 0; off /= 2)
+    total_weight += __shfl_xor_sync(0xffffffff, total_weight, off);
+
+  const float* part = p.partial_out + q_row * p.num_splits * HEAD_DIM + lane * kPerLane;
+  float acc[kPerLane] = {};
+  for (int s0 = 0; s0 < plan.active; s0 += kUnroll) {
+    float x[kUnroll][kPerLane];
+    float w[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int s = s0 + u;
+      w[u] = __shfl_sync(0xffffffff, s < 32 ? weight[0] : weight[1], s % 32);
+      if (s < plan.active) {
+        load_floats(part + s * HEAD_DIM, x[u]);
+      } else {
+        w[u] = 0.f;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) x[u][i] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) acc[i] += w[u] * x[u][i];
+  }
+  const float inv = total_weight > 0.f ? 1.f / total_weight : 0.f;
+  T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head +
+           lane * kPerLane;
+#pragma unroll
+  for (int i = 0; i < kPerLane; i += 2)
+    *reinterpret_cast<uint32_t*>(dst + i) = pack_pair<T>(acc[i] * inv, acc[i + 1] * inv);
+}
+
+// The same for more than 32 splits. CTA (row, chunk) owns kMergeDims dims of
+// the row; its threads read all splits at once (kSplitLanes splits side by
+// side, kMergeUnroll deep), so the partials, which sit in L2, stream at the
+// memory's rate rather than its latency.
+constexpr int kMergeThreads = 256;
+constexpr int kMergeDims = 32;
+constexpr int kMergeChunks = kMergeDims / 4;  // float4 per split and CTA
+constexpr int kSplitLanes = kMergeThreads / kMergeChunks;
+constexpr int kMergeUnroll = 4;
+constexpr int kMaxSplits = 1024;
+constexpr int kLsePerThread = kMaxSplits / kMergeThreads;
+
+__device__ inline float block_reduce(float x, bool is_max, float* scratch) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    const float y = __shfl_xor_sync(0xffffffff, x, off);
+    x = is_max ? fmaxf(x, y) : x + y;
+  }
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+  x = scratch[0];
+#pragma unroll
+  for (int w = 1; w < kMergeThreads / 32; ++w) x = is_max ? fmaxf(x, scratch[w]) : x + scratch[w];
+  __syncthreads();  // scratch is reused by the next reduction
+  return x;
+}
+
+template <typename T, int HEAD_DIM>
+__global__ void __launch_bounds__(kMergeThreads)
+    merge_splits_kernel(const TreeAttnParams p) {
+  const int64_t q_row = blockIdx.x;
+  const int dim0 = blockIdx.y * kMergeDims;
+  const int tid = threadIdx.x;
+  const int64_t token = q_row / p.num_q_heads;
+  const int head = static_cast<int>(q_row % p.num_q_heads);
+  const int b = static_cast<int>(token / p.num_drafts);
+  const int64_t prefix = load_index(p.seq_lens, p.lens_is_int64, b * p.lens_stride);
+  const SplitPlan plan = plan_splits(prefix + p.num_drafts, p.num_splits,
+                                     p.split_min_tokens, TileConfig<HEAD_DIM>::kBlockN);
+  // Every CTA waits, so this grid never completes before the attention grid.
+  wait_for_primary_grid();
+  if (plan.active == 1) return;  // the attention kernel wrote this row itself
+
+  __shared__ float weight[kMaxSplits];
+  __shared__ float scratch[kMergeThreads / 32];
+  __shared__ __align__(16) float lane_acc[kSplitLanes * kMergeDims];
+
+  const float* lse = p.partial_lse + q_row * p.num_splits;
+  float my_lse[kLsePerThread];
+  float max_lse = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kLsePerThread; ++i) {
+    const int s = tid + i * kMergeThreads;
+    my_lse[i] = s < plan.active ? lse[s] : -INFINITY;
+    max_lse = fmaxf(max_lse, my_lse[i]);
+  }
+  max_lse = block_reduce(max_lse, true, scratch);
+  float my_weight = 0.f;
+#pragma unroll
+  for (int i = 0; i < kLsePerThread; ++i) {
+    const int s = tid + i * kMergeThreads;
+    // All splits empty (a row that sees no key): every weight 0, output 0.
+    const float w = max_lse == -INFINITY ? 0.f : fast_exp2(my_lse[i] - max_lse);
+    if (s < plan.active) weight[s] = w;
+    my_weight += w;
+  }
+  const float total_weight = block_reduce(my_weight, false, scratch);  // also syncs weight[]
+
+  const int chunk = tid % kMergeChunks, lane_split = tid / kMergeChunks;
+  const float* part = p.partial_out + q_row * p.num_splits * HEAD_DIM + dim0 + chunk * 4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s0 = lane_split; s0 < plan.active; s0 += kSplitLanes * kMergeUnroll) {
+    float4 x[kMergeUnroll];
+    float w[kMergeUnroll];
+#pragma unroll
+    for (int u = 0; u < kMergeUnroll; ++u) {
+      const int s = s0 + u * kSplitLanes;
+      const bool in = s < plan.active;
+      w[u] = in ? weight[s] : 0.f;
+      x[u] = in ? *reinterpret_cast<const float4*>(part + static_cast<int64_t>(s) * HEAD_DIM)
+                : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < kMergeUnroll; ++u) {
+      acc.x += w[u] * x[u].x;
+      acc.y += w[u] * x[u].y;
+      acc.z += w[u] * x[u].z;
+      acc.w += w[u] * x[u].w;
+    }
+  }
+  *reinterpret_cast<float4*>(lane_acc + lane_split * kMergeDims + chunk * 4) = acc;
+  __syncthreads();
+  if (tid >= kMergeDims) return;
+  float sum = 0.f;
+#pragma unroll 8
+  for (int l = 0; l < kSplitLanes; ++l) sum += lane_acc[l * kMergeDims + tid];
+  const float inv = total_weight > 0.f ? 1.f / total_weight : 0.f;
+  T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head;
+  dst[dim0 + tid] = Vec2<T>::one(sum * inv);
 }
 
 }  // namespace verify_ops

@@ -28,7 +28,7 @@ struct TreeAttnParams {
   const bool* tree_mask;
   int64_t mask_stride_batch, mask_stride_row, mask_stride_col;
 
-  // Split-KV partials: [num_splits, bs*D*Hq, head_dim] and [num_splits, bs*D*Hq],
+  // Split-KV partials: [bs*D*Hq, num_splits, head_dim] and [bs*D*Hq, num_splits],
   // the LSE in log2 units of the scaled scores. Unused when num_splits == 1.
   float* partial_out;
   float* partial_lse;

@@ -43,3 +43,11 @@ def test_pool_beyond_int32_elements():
     out = verify_ops.tree_attn(*small.args())
     ref_case = make_case([3000, 5], 8, 8, num_kv_heads, head_dim, device="cuda", seed=2)
     assert relative_error(out, tree_attn_ref(*ref_case.args())) < TOL
+
+
+def test_hundreds_of_splits():
+    """One request on one KV head at 64k: a split per half SM, merged across hundreds."""
+    case = make_case([65536], 8, 4, 1, 128, device="cuda", tree="eagle", seed=3)
+    out = torch.full_like(case.q, float("nan"))
+    verify_ops.tree_attn_out(*case.args(), out)
+    assert relative_error(out, tree_attn_ref(*case.args())) < TOL
