@@ -1,7 +1,9 @@
-"""Real SGLang objects on CPU for the backend tests: pools, a stand-in ModelRunner
-and an EAGLE (topk > 1) TARGET_VERIFY batch. Not a pytest conftest: import it
-only once ``TRITON_INTERPRET=1`` is set, since Triton picks its interpreter when
-SGLang's kernels are defined.
+"""Real SGLang objects for the backend tests and benchmark: pools, a stand-in
+ModelRunner, an EAGLE (topk > 1) TARGET_VERIFY batch, and the static inputs
+SGLang's decode graph runner captures a verify graph over. Everything lives on
+``Shape.device``. Not a pytest conftest: on CPU import it only once
+``TRITON_INTERPRET=1`` is set, since Triton picks its interpreter when SGLang's
+kernels are defined; on CUDA SGLang's kernels run compiled.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Optional
 
 import torch
 from sglang.kernels.ops.speculative.spec_tree import TreeMaskMode, sgl_build_tree_kernel_triton
@@ -23,12 +26,15 @@ from sglang.srt.model_executor.forward_batch_info import (
     ForwardBatch,
     ForwardMode,
 )
+from sglang.srt.model_executor.runner.decode_cuda_graph_runner import build_replay_fb_view
 from sglang.srt.runtime_context import get_context, get_parallel
 from sglang.srt.speculative.eagle_info import EagleVerifyInput
 from sglang.srt.speculative.eagle_utils import organize_draft_results
 from sglang.srt.speculative.spec_utils import select_top_k_tokens
 
+from verify_ops import tree_attn_ref
 from verify_ops.sglang.backend import VerifyOpsAttnBackend
+from verify_ops.sglang.tree_mask import allocate_verify_mask
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,8 @@ class Shape:
     req_rows: int = 6
     pool_slots: int = 400
     dtype: torch.dtype = torch.float16
+    device: str = "cpu"
+    layer_num: int = 1  # KV pool layers; each has its own K/V buffers
 
     @property
     def bs(self) -> int:
@@ -74,31 +82,32 @@ def stand_in_runner(shape: Shape, model=None) -> SimpleNamespace:
         linear_attn_registry_result=None,
         get_max_num_attention_heads=lambda: shape.num_q_heads,
         get_num_kv_heads=lambda tp_size, dcp_size=1: shape.num_kv_heads)
+    device = shape.device
     req_to_token_pool = ReqToTokenPool(size=shape.req_rows, max_context_len=shape.context_len,
-                                       device="cpu", enable_memory_saver=False)
+                                       device=device, enable_memory_saver=False)
     kv_pool = MHATokenToKVPool(
         size=shape.pool_slots, page_size=1, dtype=shape.dtype, head_num=shape.num_kv_heads,
-        head_dim=shape.head_dim, layer_num=1, device="cpu", enable_memory_saver=False,
-        enable_alt_stream=False)
-    allocator = TokenToKVPoolAllocator(size=shape.pool_slots, dtype=shape.dtype, device="cpu",
+        head_dim=shape.head_dim, layer_num=shape.layer_num, device=device,
+        enable_memory_saver=False, enable_alt_stream=False)
+    allocator = TokenToKVPoolAllocator(size=shape.pool_slots, dtype=shape.dtype, device=device,
                                        kvcache=kv_pool, need_sort=False)
     runner = SimpleNamespace(
         req_to_token_pool=req_to_token_pool, token_to_kv_pool=kv_pool,
         token_to_kv_pool_allocator=allocator, sliding_window_size=None, page_size=1,
-        model_config=model_config, is_draft_worker=False, device="cpu", gpu_id=0,
+        model_config=model_config, is_draft_worker=False, device=device, gpu_id=0,
         decode_num_tokens_per_req=lambda **_: shape.num_drafts)
     if model is not None:
         runner.model = model
     runner.kv_index_translator = KVIndexTranslator(
         req_to_token=req_to_token_pool.req_to_token, token_to_kv_pool_allocator=allocator,
-        token_to_kv_pool=kv_pool, page_size=1, device="cpu")
+        token_to_kv_pool=kv_pool, page_size=1, device=device)
     return runner
 
 
-def attention_layer(shape: Shape, **kwargs) -> RadixAttention:
+def attention_layer(shape: Shape, layer_id: int = 0, **kwargs) -> RadixAttention:
     return RadixAttention(num_heads=shape.num_q_heads, head_dim=shape.head_dim,
                           scaling=shape.head_dim ** -0.5, num_kv_heads=shape.num_kv_heads,
-                          layer_id=0, **kwargs)
+                          layer_id=layer_id, **kwargs)
 
 
 @dataclass
@@ -111,7 +120,8 @@ class DraftTree:
 
 
 def draft_tree(shape: Shape, gen: torch.Generator) -> DraftTree:
-    """Run EAGLE's top-k selection over random draft logits (peaked, so trees differ)."""
+    """Run EAGLE's top-k selection over random draft logits (peaked, so trees differ),
+    on the CPU, and hand the result to ``shape.device`` as the drafter would."""
     scores, score_list, token_list, parents_list = None, [], [], []
     with torch.compiler.set_stance("force_eager"):  # select_top_k_tokens is torch.compile'd
         for step in range(shape.steps):
@@ -125,7 +135,7 @@ def draft_tree(shape: Shape, gen: torch.Generator) -> DraftTree:
             parents_list.append(tree_info[2])
     parent_list, top_scores_index, _ = organize_draft_results(
         score_list, token_list, parents_list, shape.num_drafts)
-    return DraftTree(parent_list, top_scores_index)
+    return DraftTree(parent_list.to(shape.device), top_scores_index.to(shape.device))
 
 
 def write_tree_mask(shape: Shape, tree: DraftTree, seq_lens: torch.Tensor, backend) -> torch.Tensor:
@@ -138,20 +148,32 @@ def write_tree_mask(shape: Shape, tree: DraftTree, seq_lens: torch.Tensor, backe
     else:
         mode = TreeMaskMode.FULL_MASK
         numel = shape.num_drafts * (int(seq_lens.sum()) + shape.bs * shape.num_drafts)
-        mask = torch.empty(numel, dtype=torch.bool)
+        mask = torch.empty(numel, dtype=torch.bool, device=shape.device)
     mask.fill_(True)
-    tree.positions = torch.empty(shape.bs * shape.num_drafts, dtype=torch.long)
-    tree.retrieve = torch.full((3, shape.bs, shape.num_drafts), -1, dtype=torch.long)
+    tree.positions = torch.empty(shape.bs * shape.num_drafts, dtype=torch.long,
+                                 device=shape.device)
+    tree.retrieve = torch.full((3, shape.bs, shape.num_drafts), -1, dtype=torch.long,
+                               device=shape.device)
     sgl_build_tree_kernel_triton(
         tree.parent_list, tree.top_scores_index, seq_lens, mask, tree.positions,
         *tree.retrieve, shape.topk, shape.steps, shape.num_drafts, mode)
     return mask
 
 
+def qlen_only_tree_mask(shape: Shape, tree: DraftTree, seq_lens: torch.Tensor) -> torch.Tensor:
+    """The tree as ``[bs, D, D]`` bool (the op's and the reference's layout), written by
+    the same kernel into a QLEN_ONLY buffer of its own."""
+    own = SimpleNamespace(verify_mask=allocate_verify_mask(shape.bs, shape.num_drafts,
+                                                           shape.device))
+    flat = write_tree_mask(shape, tree, seq_lens, own)
+    return flat[: shape.bs * shape.num_drafts ** 2].view(shape.bs, shape.num_drafts, -1)
+
+
 def verify_input(shape: Shape, tree: DraftTree, custom_mask: torch.Tensor,
                  seq_lens: torch.Tensor) -> EagleVerifyInput:
     return EagleVerifyInput(
-        draft_token=torch.zeros(shape.bs * shape.num_drafts, dtype=torch.long),
+        draft_token=torch.zeros(shape.bs * shape.num_drafts, dtype=torch.long,
+                                device=shape.device),
         custom_mask=custom_mask, positions=tree.positions, retrieve_index=tree.retrieve[0],
         retrieve_next_token=tree.retrieve[1], retrieve_next_sibling=tree.retrieve[2],
         retrieve_cum_len=None, spec_steps=shape.steps, topk=shape.topk,
@@ -169,22 +191,32 @@ class VerifyBatch:
 
 def place_batch(shape: Shape, runner, gen: torch.Generator) -> VerifyBatch:
     """Give each request a row and shuffled slots from SGLang's allocators, and
-    fill the whole K/V pool with random values so a wrong slot shows."""
+    fill every layer's K/V pool with random values so a wrong slot shows."""
     rows = runner.req_to_token_pool.alloc_rows(shape.bs + 1)[1:]  # skip one: rows not 1..bs
     rows = torch.tensor(rows)[torch.randperm(shape.bs, generator=gen)]
     lens = [n + shape.num_drafts for n in shape.prefix_lens]
     slots = runner.token_to_kv_pool_allocator.alloc(2 * sum(lens))
-    slots = slots[torch.randperm(slots.numel(), generator=gen)][: sum(lens)]  # fragmented
+    shuffle = torch.randperm(slots.numel(), generator=gen).to(slots.device)
+    slots = slots[shuffle][: sum(lens)]  # fragmented
     req_to_token, draft_slots, start = runner.req_to_token_pool.req_to_token, [], 0
     for row, prefix, n in zip(rows.tolist(), shape.prefix_lens, lens):
         req_to_token[row, :n] = slots[start: start + n].to(torch.int32)
         draft_slots.append(slots[start + prefix: start + n])
         start += n
-    for buffer in (runner.token_to_kv_pool.get_key_buffer(0),
-                   runner.token_to_kv_pool.get_value_buffer(0)):
-        buffer.copy_(torch.randn(buffer.shape, generator=gen))
-    return VerifyBatch(rows.to(torch.int64), torch.tensor(shape.prefix_lens, dtype=torch.int64),
+    pool = runner.token_to_kv_pool
+    for layer_id in range(shape.layer_num):
+        for buffer in (pool.get_key_buffer(layer_id), pool.get_value_buffer(layer_id)):
+            fill_random(buffer, gen)
+    return VerifyBatch(rows.to(shape.device, torch.int64),
+                       torch.tensor(shape.prefix_lens, dtype=torch.int64, device=shape.device),
                        torch.cat(draft_slots).to(torch.int64))
+
+
+def fill_random(buffer: torch.Tensor, gen: torch.Generator) -> None:
+    """Standard normal values drawn where ``buffer`` lives (a CPU draw of a
+    long-context pool would take minutes), seeded from ``gen``."""
+    seed = int(torch.randint(2 ** 62, (1,), generator=gen))
+    buffer.normal_(generator=torch.Generator(buffer.device).manual_seed(seed))
 
 
 def forward_batch(shape: Shape, runner, batch: VerifyBatch, spec_info) -> ForwardBatch:
@@ -204,13 +236,101 @@ def random_qkv(shape: Shape, gen: torch.Generator):
     rows = shape.bs * shape.num_drafts
     q_width = shape.num_q_heads * shape.head_dim
     kv_width = shape.num_kv_heads * shape.head_dim
-    qkv = torch.randn(rows, q_width + 2 * kv_width, generator=gen).to(shape.dtype)
+    qkv = torch.randn(rows, q_width + 2 * kv_width, generator=gen).to(shape.device, shape.dtype)
     q, k, v = qkv.split([q_width, kv_width, kv_width], dim=-1)
     return (q, k.reshape(rows, shape.num_kv_heads, shape.head_dim),
             v.reshape(rows, shape.num_kv_heads, shape.head_dim))
+
+
+def reference(shape: Shape, runner, batch: VerifyBatch, q: torch.Tensor,
+              tree_mask: torch.Tensor, layer_id: int = 0) -> torch.Tensor:
+    """The float64 reference over layer ``layer_id``'s pool, ``[bs*D, Hq, d]``; call it
+    after a forward stored the drafts' K/V."""
+    pool = runner.token_to_kv_pool
+    return tree_attn_ref(q.reshape(-1, shape.num_q_heads, shape.head_dim),
+                         pool.get_key_buffer(layer_id), pool.get_value_buffer(layer_id),
+                         runner.req_to_token_pool.req_to_token, batch.req_pool_indices,
+                         batch.seq_lens, tree_mask, shape.head_dim ** -0.5)
 
 
 def build_backends(shape: Shape):
     """SGLang's Triton backend and ours over one set of real pools."""
     runner = stand_in_runner(shape)
     return TritonAttnBackend(runner), VerifyOpsAttnBackend(runner), runner
+
+
+# -- CUDA-graph capture and replay, as SGLang's decode graph runner does them ------
+
+
+@dataclass
+class GraphInputs:
+    """The graph runner's static TARGET_VERIFY inputs (``base_runner``'s buffers),
+    ``max_bs`` requests wide: a captured graph reads them by address, so a replay
+    copies each batch into them."""
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    out_cache_loc: torch.Tensor
+    req_pool_indices: torch.Tensor
+    seq_lens: torch.Tensor
+    seq_lens_cpu: torch.Tensor
+    custom_mask: torch.Tensor  # all ones: the mask every graph is captured with
+    seq_len_fill_value: int
+    encoder_lens: Optional[torch.Tensor] = None  # fields build_replay_fb_view reads
+    mamba_track_indices: Optional[torch.Tensor] = None
+
+    @property
+    def max_bs(self) -> int:
+        return self.seq_lens.shape[0]
+
+
+def graph_inputs(shape: Shape, max_bs: int, seq_len_fill_value: int) -> GraphInputs:
+    """Static inputs as ``base_runner`` allocates them; padded requests have
+    ``seq_len_fill_value`` tokens (the backend's ``get_cuda_graph_seq_len_fill_value``)."""
+    tokens = max_bs * shape.num_drafts
+    index = dict(dtype=torch.int64, device=shape.device)
+    return GraphInputs(
+        input_ids=torch.zeros(tokens, **index), positions=torch.zeros(tokens, **index),
+        out_cache_loc=torch.zeros(tokens, **index), req_pool_indices=torch.zeros(max_bs, **index),
+        seq_lens=torch.full((max_bs,), seq_len_fill_value, **index),
+        seq_lens_cpu=torch.full((max_bs,), seq_len_fill_value, dtype=torch.int64),
+        custom_mask=torch.ones((max_bs * seq_len_fill_value + tokens) * shape.num_drafts,
+                               dtype=torch.bool, device=shape.device),
+        seq_len_fill_value=seq_len_fill_value)
+
+
+def capture_batch(shape: Shape, runner, inputs: GraphInputs) -> ForwardBatch:
+    """The batch ``capture_prepare`` captures with: the static inputs, the all-ones
+    mask, and a spec_info like ``get_spec_info``'s."""
+    spec_info = EagleVerifyInput(
+        draft_token=None, custom_mask=inputs.custom_mask, positions=None, retrieve_index=None,
+        retrieve_next_token=None, retrieve_next_sibling=None, retrieve_cum_len=None,
+        spec_steps=shape.steps, topk=shape.topk, draft_token_num=shape.num_drafts,
+        capture_hidden_mode=CaptureHiddenMode.FULL, seq_lens_sum=None, seq_lens_cpu=None)
+    fb = ForwardBatch(
+        forward_mode=ForwardMode.TARGET_VERIFY, batch_size=inputs.max_bs,
+        input_ids=inputs.input_ids, req_pool_indices=inputs.req_pool_indices,
+        seq_lens=inputs.seq_lens, seq_lens_cpu=inputs.seq_lens_cpu, orig_seq_lens=inputs.seq_lens,
+        out_cache_loc=inputs.out_cache_loc, seq_lens_sum=int(inputs.seq_lens_cpu.sum()),
+        positions=inputs.positions, spec_info=spec_info,
+        capture_hidden_mode=CaptureHiddenMode.FULL)
+    runner.kv_index_translator.bind_runner_slots(fb)
+    return fb
+
+
+def stage_replay(shape: Shape, inputs: GraphInputs, fb: ForwardBatch) -> SimpleNamespace:
+    """``replay_prepare`` up to the backend's out-of-graph prep: copy the batch into
+    the static inputs, padding as the runner's buffer registry does, and return the
+    replay view ``init_forward_metadata_out_graph`` gets."""
+    fill = inputs.seq_len_fill_value
+    for static, value, pad in (
+            (inputs.input_ids, fb.input_ids, 0), (inputs.positions, fb.positions, 0),
+            (inputs.out_cache_loc, fb.out_cache_loc, 0),
+            (inputs.req_pool_indices, fb.req_pool_indices, 0),
+            (inputs.seq_lens, fb.seq_lens, fill), (inputs.seq_lens_cpu, fb.seq_lens_cpu, fill)):
+        static[: value.shape[0]].copy_(value)
+        static[value.shape[0]:].fill_(pad)
+    return build_replay_fb_view(
+        forward_batch=fb, buffers=inputs, bs=inputs.max_bs, raw_bs=fb.batch_size,
+        num_tokens=inputs.max_bs * shape.num_drafts, global_num_tokens_cpu=None,
+        seq_len_fill_value=fill, capture_forward_mode=ForwardMode.TARGET_VERIFY,
+        is_encoder_decoder=False)

@@ -470,6 +470,9 @@ def test_sglang_plugin_loader_applies_the_hooks():
     """A fresh process, as each SGLang process: load_plugins() resolves and applies every
     target; the allocators are hooked only where verify_ops is the configured backend."""
     pytest.importorskip("sglang.srt.plugins.hook_registry")
+    # The scheduler imports server-only packages (missing on the H200 box), and the
+    # hook registry skips a target it cannot import.
+    pytest.importorskip("sglang.srt.managers.scheduler")
     child = subprocess.run([sys.executable, "-c", HOOKS_SCRIPT], capture_output=True,
                            text=True, timeout=300, env={**os.environ, defrag.ENV_VAR: "2"})
     assert child.returncode == 0, child.stderr[-5000:]
