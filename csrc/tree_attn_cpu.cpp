@@ -144,22 +144,27 @@ void tree_attn_cpu_kernel(const TreeAttnShape& s, const at::Tensor& q,
   });
 }
 
-}  // namespace
+constexpr const char* kOp = "verify.tree_attn";
 
-void tree_attn_out_cpu(const at::Tensor& q, const at::Tensor& k_cache,
-                       const at::Tensor& v_cache,
-                       const at::Tensor& req_to_token,
-                       const at::Tensor& req_pool_indices,
-                       const at::Tensor& seq_lens, const at::Tensor& tree_mask,
-                       double sm_scale, const at::Tensor& out) {
-  const char* op = "verify.tree_attn";
-  const TreeAttnShape s =
-      check_tree_attn_args(op, q, k_cache, v_cache, req_to_token,
-                           req_pool_indices, seq_lens, tree_mask, out);
-  VERIFY_CHECK(q.device().is_cpu(), op, ": the CPU kernel got q on ",
-              q.device());
+// The shared argument checks plus the device; `out` may be undefined
+// (functional variant).
+TreeAttnShape check_cpu_args(const at::Tensor& q, const at::Tensor& k_cache,
+                             const at::Tensor& v_cache, const at::Tensor& req_to_token,
+                             const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                             const at::Tensor& tree_mask, const at::Tensor& out) {
+  const TreeAttnShape s = check_tree_attn_args(kOp, q, k_cache, v_cache, req_to_token,
+                                               req_pool_indices, seq_lens, tree_mask, out);
+  VERIFY_CHECK(q.device().is_cpu(), kOp, ": the CPU kernel got q on ", q.device());
+  return s;
+}
+
+// Runs the kernel on checked arguments.
+void run_tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor& k_cache,
+                       const at::Tensor& v_cache, const at::Tensor& req_to_token,
+                       const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                       const at::Tensor& tree_mask, double sm_scale, const at::Tensor& out) {
   if (debug_checks_enabled())
-    check_tree_attn_values(op, s, req_to_token, req_pool_indices, seq_lens);
+    check_tree_attn_values(kOp, s, req_to_token, req_pool_indices, seq_lens);
   if (s.batch == 0 || s.num_drafts == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kBFloat16, at::kHalf, q.scalar_type(), "tree_attn_cpu", [&] {
@@ -169,19 +174,29 @@ void tree_attn_out_cpu(const at::Tensor& q, const at::Tensor& k_cache,
       });
 }
 
+}  // namespace
+
+void tree_attn_out_cpu(const at::Tensor& q, const at::Tensor& k_cache,
+                       const at::Tensor& v_cache, const at::Tensor& req_to_token,
+                       const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                       const at::Tensor& tree_mask, double sm_scale, const at::Tensor& out) {
+  const TreeAttnShape s = check_cpu_args(q, k_cache, v_cache, req_to_token, req_pool_indices,
+                                         seq_lens, tree_mask, out);
+  run_tree_attn_cpu(s, q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
+                    tree_mask, sm_scale, out);
+}
+
 namespace {
 
 at::Tensor tree_attn_cpu(const at::Tensor& q, const at::Tensor& k_cache,
-                         const at::Tensor& v_cache,
-                         const at::Tensor& req_to_token,
-                         const at::Tensor& req_pool_indices,
-                         const at::Tensor& seq_lens,
+                         const at::Tensor& v_cache, const at::Tensor& req_to_token,
+                         const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
                          const at::Tensor& tree_mask, double sm_scale) {
-  check_tree_attn_args("verify.tree_attn", q, k_cache, v_cache, req_to_token,
-                       req_pool_indices, seq_lens, tree_mask, at::Tensor());
+  const TreeAttnShape s = check_cpu_args(q, k_cache, v_cache, req_to_token, req_pool_indices,
+                                         seq_lens, tree_mask, at::Tensor());
   at::Tensor out = at::empty(q.sizes(), q.options());
-  tree_attn_out_cpu(q, k_cache, v_cache, req_to_token, req_pool_indices,
-                    seq_lens, tree_mask, sm_scale, out);
+  run_tree_attn_cpu(s, q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
+                    tree_mask, sm_scale, out);
   return out;
 }
 

@@ -148,18 +148,26 @@ void dispatch_head_dim(TreeAttnParams& params, int64_t head_dim, const at::Tenso
   }
 }
 
-}  // namespace
-
-void tree_attn_out_cuda(const at::Tensor& q_arg, const at::Tensor& k_cache,
-                        const at::Tensor& v_cache, const at::Tensor& req_to_token,
-                        const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
-                        const at::Tensor& tree_mask, double sm_scale,
-                        const at::Tensor& out_arg) {
-  const TreeAttnShape s = check_tree_attn_args(kOp, q_arg, k_cache, v_cache, req_to_token,
-                                               req_pool_indices, seq_lens, tree_mask, out_arg);
-  VERIFY_CHECK(q_arg.is_cuda(), kOp, ": the CUDA kernel got q on ", q_arg.device());
+// The shared argument checks plus what only the CUDA kernel requires; `out`
+// may be undefined (functional variant).
+TreeAttnShape check_cuda_args(const at::Tensor& q, const at::Tensor& k_cache,
+                              const at::Tensor& v_cache, const at::Tensor& req_to_token,
+                              const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                              const at::Tensor& tree_mask, const at::Tensor& out) {
+  const TreeAttnShape s = check_tree_attn_args(kOp, q, k_cache, v_cache, req_to_token,
+                                               req_pool_indices, seq_lens, tree_mask, out);
+  VERIFY_CHECK(q.is_cuda(), kOp, ": the CUDA kernel got q on ", q.device());
   VERIFY_CHECK(s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256, kOp,
               ": head_dim must be 64, 128 or 256 on CUDA, got ", s.head_dim);
+  return s;
+}
+
+// Runs the kernels on checked arguments.
+void run_tree_attn_cuda(const TreeAttnShape& s, const at::Tensor& q_arg,
+                        const at::Tensor& k_cache, const at::Tensor& v_cache,
+                        const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                        const at::Tensor& seq_lens, const at::Tensor& tree_mask,
+                        double sm_scale, const at::Tensor& out_arg) {
   const c10::cuda::CUDAGuard guard(q_arg.device());
   if (debug_checks_enabled())
     check_tree_attn_values(kOp, s, req_to_token, req_pool_indices, seq_lens);
@@ -217,16 +225,28 @@ void tree_attn_out_cuda(const at::Tensor& q_arg, const at::Tensor& k_cache,
   if (!out_aligned) out_arg.copy_(out);
 }
 
+}  // namespace
+
+void tree_attn_out_cuda(const at::Tensor& q, const at::Tensor& k_cache,
+                        const at::Tensor& v_cache, const at::Tensor& req_to_token,
+                        const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                        const at::Tensor& tree_mask, double sm_scale, const at::Tensor& out) {
+  const TreeAttnShape s = check_cuda_args(q, k_cache, v_cache, req_to_token, req_pool_indices,
+                                          seq_lens, tree_mask, out);
+  run_tree_attn_cuda(s, q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
+                     tree_mask, sm_scale, out);
+}
+
 namespace {
 
 at::Tensor tree_attn_cuda(const at::Tensor& q, const at::Tensor& k_cache,
                           const at::Tensor& v_cache, const at::Tensor& req_to_token,
                           const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
                           const at::Tensor& tree_mask, double sm_scale) {
-  check_tree_attn_args(kOp, q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
-                       tree_mask, at::Tensor());
+  const TreeAttnShape s = check_cuda_args(q, k_cache, v_cache, req_to_token, req_pool_indices,
+                                          seq_lens, tree_mask, at::Tensor());
   at::Tensor out = at::empty(q.sizes(), q.options());
-  tree_attn_out_cuda(q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
+  run_tree_attn_cuda(s, q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
                      tree_mask, sm_scale, out);
   return out;
 }
