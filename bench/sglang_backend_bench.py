@@ -25,7 +25,6 @@ import datetime
 import gc
 import json
 import platform
-import statistics
 import sys
 from pathlib import Path
 
@@ -35,6 +34,7 @@ import triton
 import verify_ops
 from verify_ops.reference import relative_error
 
+from .timing import capture_graph, median_replay_us_per_layer
 from .workload import Shape as WorkloadShape
 
 CHECK_TOL = 1e-2
@@ -95,33 +95,6 @@ def load_sglang_builders():
     return sglang_conftest
 
 
-def capture(step):
-    """One warm-up on a side stream (Triton compiles, allocator pools settle), then the capture."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    return graph
-
-
-def median_us_per_layer(graph, num_layers: int, replays: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        graph.replay()
-    samples = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / num_layers)
-    return statistics.median(samples)
-
-
 class VerifyStep:
     """One model step's TARGET_VERIFY attention over every layer, for one backend."""
 
@@ -133,7 +106,7 @@ class VerifyStep:
         self.inputs = sg.graph_inputs(shape, shape.bs, backend.get_cuda_graph_seq_len_fill_value())
         self.capture_batch = sg.capture_batch(shape, runner, self.inputs)
         backend.init_forward_metadata_out_graph(self.capture_batch, in_capture=True)
-        self.graph = capture(self._step)
+        self.graph = capture_graph(self._step)
 
     def _step(self):
         self.backend.init_forward_metadata_in_graph(self.capture_batch)
@@ -200,9 +173,8 @@ def run_case(sg, case: Case, replays: int) -> dict:
                 raise RuntimeError(f"{name} on {row['case']}: captured output has relative "
                                    f"error {err:.3g} against the float64 reference "
                                    f"(limit {CHECK_TOL})")
-            row["methods"][name] = {"us_per_layer": median_us_per_layer(step.graph, num_layers,
-                                                                        replays),
-                                    "max_rel_err": err}
+            us = median_replay_us_per_layer(step.graph, num_layers, replays)
+            row["methods"][name] = {"us_per_layer": us, "max_rel_err": err}
             del step
     row["speedup"] = (row["methods"]["triton"]["us_per_layer"]
                       / row["methods"]["verify_ops"]["us_per_layer"])

@@ -8,23 +8,23 @@ from typing import Callable, Sequence
 import torch
 
 
-def time_per_layer_us(layer_calls: Sequence[Callable[[], object]], replays: int = 15,
-                      warmup: int = 3) -> float:
-    """Median µs per layer: one CUDA graph calls every layer once, as a model's step does.
-
-    Each layer owns its KV buffers, so L2 stays cold across layers, and the
-    graph launch is amortized over ``len(layer_calls)`` layers.
-    """
+def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """One warm-up run on a side stream (compiles, allocator pools settle), then
+    the capture of ``fn`` into a CUDA graph."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        for call in layer_calls:
-            call()
+        fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for call in layer_calls:
-            call()
+        fn()
+    return graph
+
+
+def median_replay_us_per_layer(graph: torch.cuda.CUDAGraph, num_layers: int,
+                               replays: int = 15, warmup: int = 3) -> float:
+    """Median µs of one replay of ``graph`` divided by the ``num_layers`` layers it runs."""
     for _ in range(warmup):
         graph.replay()
     samples = []
@@ -34,9 +34,25 @@ def time_per_layer_us(layer_calls: Sequence[Callable[[], object]], replays: int 
         graph.replay()
         end.record()
         end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / len(layer_calls))
-    del graph
+        samples.append(start.elapsed_time(end) * 1e3 / num_layers)
     return statistics.median(samples)
+
+
+def time_per_layer_us(layer_calls: Sequence[Callable[[], object]], replays: int = 15,
+                      warmup: int = 3) -> float:
+    """Median µs per layer: one CUDA graph calls every layer once, as a model's step does.
+
+    Each layer owns its KV buffers, so L2 stays cold across layers, and the
+    graph launch is amortized over ``len(layer_calls)`` layers.
+    """
+    def step():
+        for call in layer_calls:
+            call()
+
+    graph = capture_graph(step)
+    us = median_replay_us_per_layer(graph, len(layer_calls), replays, warmup)
+    del graph
+    return us
 
 
 def copy_bandwidth_bytes_per_s(nbytes: int = 4 << 30, replays: int = 10) -> float:
