@@ -19,29 +19,44 @@ namespace {
 
 constexpr const char* kOp = "verify.tree_attn";
 
-int multiprocessor_count(int device) {
-  static std::mutex mu;
-  static std::vector<int> counts;
+// A positive per-device value, computed once per device by `query`. Each
+// call site (template instantiation) keeps its own table.
+template <typename Query>
+int cached_per_device(std::vector<int>& table, std::mutex& mu, int device, Query query) {
   std::lock_guard<std::mutex> lock(mu);
-  if (device >= static_cast<int>(counts.size())) counts.resize(device + 1, 0);
-  if (counts[device] == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device],
-                                          cudaDevAttrMultiProcessorCount, device));
-  }
-  return counts[device];
+  if (device >= static_cast<int>(table.size())) table.resize(device + 1, 0);
+  if (table[device] == 0) table[device] = query();
+  return table[device];
+}
+
+template <cudaDeviceAttr ATTR>
+int device_attribute(int device) {
+  static std::mutex mu;
+  static std::vector<int> table;
+  return cached_per_device(table, mu, device, [&] {
+    int value = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, ATTR, device));
+    return value;
+  });
 }
 
 // Programmatic dependent launch needs sm_90 or newer.
 bool supports_dependent_launch(int device) {
+  return device_attribute<cudaDevAttrComputeCapabilityMajor>(device) >= 9;
+}
+
+// Attention CTAs that one SM holds at once (registers and shared memory).
+template <typename T, int HEAD_DIM, int KEY_SPLIT>
+int resident_ctas_per_sm(int device) {
+  using Cfg = TileConfig<HEAD_DIM, KEY_SPLIT>;
   static std::mutex mu;
-  static std::vector<int> majors;
-  std::lock_guard<std::mutex> lock(mu);
-  if (device >= static_cast<int>(majors.size())) majors.resize(device + 1, 0);
-  if (majors[device] == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&majors[device],
-                                          cudaDevAttrComputeCapabilityMajor, device));
-  }
-  return majors[device] >= 9;
+  static std::vector<int> table;
+  return cached_per_device(table, mu, device, [&] {
+    int ctas = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &ctas, tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT>, Cfg::kThreads, Cfg::kSmemBytes));
+    return std::max(ctas, 1);
+  });
 }
 
 // Launches a merge kernel so that, where the device allows, it starts while
@@ -66,14 +81,15 @@ bool aligned_16(const at::Tensor& t) {
          t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0;
 }
 
-// Splits along the KV sequence: enough CTAs to fill the GPU twice over, but a
-// split never covers fewer than `min_tokens`, so partials stay small next to
-// the KV bytes they summarize. Depends on shapes and the device only.
-int choose_num_splits(int64_t ctas_without_split, int sm_count, int64_t max_context,
+// Splits along the KV sequence, from shapes and the device only: as many as
+// one wave of resident CTAs holds. Rounding up instead would start a sliver of
+// a second wave (5 splits of 64 CTAs on 264 slots run two waves where 4 run
+// one). A split never covers fewer than `min_tokens`.
+int choose_num_splits(int64_t ctas_without_split, int64_t resident_ctas, int64_t max_context,
                       int min_tokens) {
-  const int64_t want = ceil_div64(2 * sm_count, std::max<int64_t>(ctas_without_split, 1));
+  const int64_t fit = resident_ctas / std::max<int64_t>(ctas_without_split, 1);
   const int64_t most = std::max<int64_t>(1, ceil_div64(max_context, min_tokens));
-  return static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(most, kMaxSplits)));
+  return static_cast<int>(std::clamp<int64_t>(fit, 1, std::min<int64_t>(most, kMaxSplits)));
 }
 
 template <typename T, int HEAD_DIM, int KEY_SPLIT>
@@ -82,14 +98,20 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
   using Cfg = TileConfig<HEAD_DIM, KEY_SPLIT>;
   const int64_t rows = params.rows_per_kv_head;
   params.num_m_tiles = static_cast<int>(ceil_div64(rows, Cfg::kBlockM));
-  // Two tiles per split at least: enough CTAs for two per SM matter more than
-  // the partials, which the merge reads back from L2.
+  // Two tiles per split at least: CTAs enough to fill every SM matter more
+  // than the partials, which the merge reads back from L2.
   params.split_min_tokens = 2 * Cfg::kBlockN;
   const int64_t ctas = static_cast<int64_t>(params.batch) * params.num_kv_heads *
                        params.num_m_tiles;
-  params.num_splits = choose_num_splits(ctas, multiprocessor_count(q.get_device()),
-                                        max_context,
-                                        params.split_min_tokens);
+  auto* kernel = tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT>;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const int device = q.get_device();
+  const int64_t resident_ctas =
+      static_cast<int64_t>(device_attribute<cudaDevAttrMultiProcessorCount>(device)) *
+      resident_ctas_per_sm<T, HEAD_DIM, KEY_SPLIT>(device);
+  params.num_splits =
+      choose_num_splits(ctas, resident_ctas, max_context, params.split_min_tokens);
 
   const int64_t n_rows = static_cast<int64_t>(params.batch) * params.num_drafts *
                          params.num_q_heads;
@@ -102,15 +124,11 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
     params.partial_lse = partial_lse.data_ptr<float>();
   }
 
-  auto* kernel = tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT>;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid(params.num_m_tiles * params.num_splits,
                   params.batch * params.num_kv_heads);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
-  const int device = q.get_device();
   if (params.num_splits > kFewSplits) {
     launch_after_attention(merge_splits_kernel<T, HEAD_DIM>,
                            dim3(n_rows, HEAD_DIM / kMergeDims), kMergeThreads, stream, device,

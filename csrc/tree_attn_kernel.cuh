@@ -1,4 +1,5 @@
-// Split-KV tree-attention kernel on tensor cores (mma.sync m16n8k16).
+// Split-KV tree-attention kernel on tensor cores: warpgroup MMA (wgmma) on
+// sm_90a for 64-row tiles, mma.sync m16n8k16 elsewhere.
 //
 // One CTA owns (request b, KV head h, a tile of up to 64 of the D*group query
 // rows that share h, one split of the KV sequence). Each KV token of the split
@@ -14,6 +15,7 @@
 #include <cstdint>
 
 #include "tree_attn_params.h"
+#include "wgmma.cuh"
 
 namespace verify_ops {
 
@@ -39,12 +41,21 @@ struct TileConfig {
   // Q held in registers is staged through the last K stage, which the
   // pipeline fills only after Q has been read: two CTAs then fit an SM.
   static constexpr int kQSmemElems = kQInRegisters ? 0 : kBlockM * HEAD_DIM;
+  // One warpgroup MMA covers all 64 rows of a CTA whose warps do not split
+  // keys, with Q from registers. Head_dim 128 only: at 256 Q does not fit in
+  // registers, and at 64 ptxas (CUDA 13.0) reused Q's registers inside the
+  // loop (seen in SASS, wrong results on the H200).
+  static constexpr bool kWarpgroupMma = KEY_SPLIT == 1 && HEAD_DIM == 128;
   static_assert(!kQInRegisters || kBlockM <= kBlockN, "Q must fit in one K stage");
   // Slot indices run kStages tiles ahead of the KV they address, through a
   // ring of 2 * kStages tiles of 8-byte entries (int32 slots are zero-extended).
   static constexpr int kSlotRingTiles = 2 * kStages;
   static constexpr int kKVBytes = 2 * kStages * kTileElems * 2;
-  static constexpr int kSmemBytes = kQSmemElems * 2 + kKVBytes + kSlotRingTiles * kBlockN * 8;
+  // wgmma's swizzle atoms need 1024-byte alignment: the kernel rounds its
+  // base up (the declared alignment of dynamic shared memory is 128).
+  static constexpr int kSmemAlign = kWarpgroupMma ? 1024 : 128;
+  static constexpr int kSmemBytes = (kSmemAlign - 128) + kQSmemElems * 2 + kKVBytes +
+                                    kSlotRingTiles * kBlockN * 8;
   // Key-split warps hand their softmax state (O, max, sum per lane) to the
   // first warp of their row group through the K/V stages once the loop is done.
   static constexpr int kStateFloats = HEAD_DIM / 8 * 4 + 4;
@@ -164,7 +175,7 @@ __device__ inline void cp_async_wait() {
 // Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][HEAD_DIM]
 // tile. XOR-swizzling the chunk by row % 8 keeps ldmatrix conflict-free.
 template <int HEAD_DIM>
-__device__ inline uint32_t swizzled(int row, int chunk) {
+__device__ inline uint32_t swizzled_rows(int row, int chunk) {
   return static_cast<uint32_t>(row * HEAD_DIM * 2 + ((chunk ^ (row & 7)) << 4));
 }
 
@@ -206,6 +217,8 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
   constexpr int kKSteps = HEAD_DIM / 16;
   constexpr int kNTiles = Cfg::kKeysPerWarp / 8;  // score tiles of 8 keys, per warp
   constexpr int kDTiles = HEAD_DIM / 8;           // output tiles of 8 dims
+  // The warpgroup MMA needs all four warps, padding rows or not.
+  constexpr bool kWgmma = VERIFY_OPS_HAS_WGMMA && Cfg::kWarpgroupMma;
   extern __shared__ __align__(128) unsigned char smem[];
   allow_dependent_launch();  // the merge kernel's CTAs queue behind this grid
 
@@ -228,13 +241,24 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
   const int64_t kv_begin = split * plan.chunk;
   const int64_t kv_end = min(total, kv_begin + plan.chunk);
 
-  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t smem_unaligned = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t smem_base =
+      Cfg::kSmemAlign == 128 ? smem_unaligned
+                             : (smem_unaligned + Cfg::kSmemAlign - 1) & ~(Cfg::kSmemAlign - 1u);
+  unsigned char* const smem_aligned = smem + (smem_base - smem_unaligned);
   const uint32_t k_smem = smem_base + Cfg::kQSmemElems * 2;
   const uint32_t v_smem = k_smem + Cfg::kStages * Cfg::kTileElems * 2;
   const uint32_t q_smem =
       Cfg::kQInRegisters ? k_smem + (Cfg::kStages - 1) * Cfg::kTileElems * 2 : smem_base;
 
   const int row0 = m_tile * Cfg::kBlockM;  // first query row of this tile
+  // Byte offset of a 16-byte chunk in a K/V stage or the Q tile (which wgmma
+  // kernels stage in a K stage): wgmma's slabs, or whole rows, which take the
+  // mma.sync kernels fewer registers.
+  auto tile_offset = [](int row, int chunk) {
+    if constexpr (Cfg::kWarpgroupMma) return swizzled_slabs<kBlockN>(row, chunk);
+    else return swizzled_rows<HEAD_DIM>(row, chunk);
+  };
   const T* q = static_cast<const T*>(p.q);
   const T* k = static_cast<const T*>(p.k);
   const T* v = static_cast<const T*>(p.v);
@@ -248,14 +272,15 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
     const int head = kv_head * p.group + (valid ? row % p.group : 0);
     const T* src = q + (static_cast<int64_t>(b) * p.num_drafts + draft) * p.q_stride_token +
                    head * p.q_stride_head + c * 8;
-    cp_async_16(q_smem + swizzled<HEAD_DIM>(r, c), src, valid ? 16 : 0);
+    cp_async_16(q_smem + tile_offset(r, c), src, valid ? 16 : 0);
   }
 
   // Pipeline: the group committed at step t holds KV tile t + kStages - 1 and
   // the slots of tile t + 2 * kStages - 1, so slot indices are in shared
   // memory a full step before the KV copies that need them are issued.
   const int num_tiles = static_cast<int>(ceil_div64(kv_end - kv_begin, kBlockN));
-  int64_t* slot_ring = reinterpret_cast<int64_t*>(smem + Cfg::kQSmemElems * 2 + Cfg::kKVBytes);
+  int64_t* slot_ring =
+      reinterpret_cast<int64_t*>(smem_aligned + Cfg::kQSmemElems * 2 + Cfg::kKVBytes);
   const uint32_t slot_ring_smem = v_smem + Cfg::kStages * Cfg::kTileElems * 2;
   const int r2t_bytes = p.r2t_is_int64 ? 8 : 4;
   const char* r2t_row = static_cast<const char*>(p.req_to_token) +
@@ -291,7 +316,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
       const int r = load_row0 + j * Cfg::kRowsPerPass;
       const bool valid = r < rows_left;
       const int64_t slot = valid ? ring[r] : 0;
-      const uint32_t off = stage * Cfg::kTileElems * 2 + swizzled<HEAD_DIM>(r, load_chunk);
+      const uint32_t off = stage * Cfg::kTileElems * 2 + tile_offset(r, load_chunk);
       cp_async_16(k_smem + off, k_head + slot * p.k_stride_slot, valid ? 16 : 0);
       cp_async_16(v_smem + off, v_head + slot * p.v_stride_slot, valid ? 16 : 0);
     }
@@ -329,7 +354,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
 
   uint32_t q_frag[Cfg::kQInRegisters ? kKSteps : 1][4];
   auto q_frag_addr = [&](int ks) {
-    return q_smem + swizzled<HEAD_DIM>(row_warp * 16 + (lane & 15), ks * 2 + (lane >> 4));
+    return q_smem + tile_offset(row_warp * 16 + (lane & 15), ks * 2 + (lane >> 4));
   };
   if constexpr (Cfg::kQInRegisters) {
 #pragma unroll
@@ -337,37 +362,77 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
     __syncthreads();  // the first loop step refills the stage that held Q
   }
 
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    const int stage = tile % Cfg::kStages;
-    // Refill the stage consumed last step; fetch slots further ahead.
+  // One cp.async group: KV tile `tile + kStages - 1` into the stage that tile
+  // `tile - 1` used, and slots further ahead.
+  auto refill = [&](int tile) {
     if (tile + Cfg::kStages - 1 < num_tiles) issue_tile(tile + Cfg::kStages - 1);
     load_slots(tile + Cfg::kSlotRingTiles - 1);
     cp_async_commit();
-    cp_async_wait<Cfg::kStages - 1>();
+  };
+  // wgmma: P V of a tile is issued with the next tile's S = Q K^T and runs
+  // while that tile's softmax does; P waits in registers as 16-bit pairs.
+  uint32_t p_prev[kWgmma ? kNTiles / 2 : 1][4];
+  auto issue_pv = [&](int tile) {
+    const uint32_t v_stage = v_smem + (tile % Cfg::kStages) * Cfg::kTileElems * 2;
+#pragma unroll
+    for (int kk = 0; kk < kNTiles / 2; ++kk)
+#pragma unroll
+      for (int slab = 0; slab < HEAD_DIM / 64; ++slab)  // V is MN-major B
+        wgmma_m64n64k16<T, true>(
+            reinterpret_cast<float(&)[8][4]>(o[8 * slab]), p_prev[kk],
+            sw128_descriptor(v_stage + tile_offset(kk * 16, 8 * slab)), true);
+  };
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = tile % Cfg::kStages;
+    // With mma.sync the stage consumed last step is free; with wgmma its V is
+    // still being read, so the refill waits until that P V is done.
+    if constexpr (!kWgmma) refill(tile);
+    cp_async_wait<kWgmma ? Cfg::kStages - 2 : Cfg::kStages - 1>();
+    if constexpr (kWgmma) fence_shared_for_wgmma();
     __syncthreads();
 
-    if (warp_active) {
+    if (kWgmma || warp_active) {
       const uint32_t k_stage = k_smem + stage * Cfg::kTileElems * 2;
-      const uint32_t v_stage = v_smem + stage * Cfg::kTileElems * 2;
+      [[maybe_unused]] const uint32_t v_stage = v_smem + stage * Cfg::kTileElems * 2;
       float s[kNTiles][4];
+      if constexpr (kWgmma) {
+        // S = Q K^T: K-major B, 16 dims per step within a 128-byte swizzle row.
+        wgmma_fence();
 #pragma unroll
-      for (int n = 0; n < kNTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-      for (int ks = 0; ks < kKSteps; ++ks) {
-        uint32_t a_reg[4];
-        if constexpr (Cfg::kQInRegisters) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) a_reg[i] = q_frag[ks][i];
+        for (int ks = 0; ks < kKSteps; ++ks)
+          wgmma_m64n64k16<T, false>(s, q_frag[ks],
+                                    sw128_descriptor(k_stage + tile_offset(0, 2 * ks)),
+                                    ks > 0);
+        wgmma_commit();
+        if (tile > 0) {
+          issue_pv(tile - 1);
+          wgmma_commit();
+          wgmma_wait<1>();  // S is done; the last tile's P V may still run
         } else {
-          ldmatrix_x4(a_reg, q_frag_addr(ks));
+          wgmma_wait<0>();
         }
+        pin_registers(s);
+      } else {
 #pragma unroll
-        for (int n2 = 0; n2 < kNTiles / 2; ++n2) {
-          uint32_t kb[4];
-          const int krow = key0 + n2 * 16 + (lane & 7) + ((lane >> 4) << 3);
-          ldmatrix_x4(kb, k_stage + swizzled<HEAD_DIM>(krow, ks * 2 + ((lane >> 3) & 1)));
-          mma_16816<T>(s[2 * n2], a_reg, kb[0], kb[1]);
-          mma_16816<T>(s[2 * n2 + 1], a_reg, kb[2], kb[3]);
+        for (int n = 0; n < kNTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < kKSteps; ++ks) {
+          uint32_t a_reg[4];
+          if constexpr (Cfg::kQInRegisters) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a_reg[i] = q_frag[ks][i];
+          } else {
+            ldmatrix_x4(a_reg, q_frag_addr(ks));
+          }
+#pragma unroll
+          for (int n2 = 0; n2 < kNTiles / 2; ++n2) {
+            uint32_t kb[4];
+            const int krow = key0 + n2 * 16 + (lane & 7) + ((lane >> 4) << 3);
+            ldmatrix_x4(kb, k_stage + tile_offset(krow, ks * 2 + ((lane >> 3) & 1)));
+            mma_16816<T>(s[2 * n2], a_reg, kb[0], kb[1]);
+            mma_16816<T>(s[2 * n2 + 1], a_reg, kb[2], kb[3]);
+          }
         }
       }
 
@@ -414,18 +479,28 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
 #pragma unroll
       for (int h = 0; h < 2; ++h) ref[h] = new_max[h] == -INFINITY ? 0.f : new_max[h];
       // Past the first tiles the running max rarely moves: skip the O rescale then.
-      if (!__all_sync(0xffffffff, new_max[0] == row_max[0] && new_max[1] == row_max[1])) {
+      const bool max_moved =
+          !__all_sync(0xffffffff, new_max[0] == row_max[0] && new_max[1] == row_max[1]);
+      float rescale[2];
+      if (max_moved) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const float rescale = fast_exp2(row_max[h] - ref[h]);
-          row_sum[h] *= rescale;
-#pragma unroll
-          for (int i = 0; i < kDTiles; ++i) {
-            o[i][2 * h] *= rescale;
-            o[i][2 * h + 1] *= rescale;
-          }
+          rescale[h] = fast_exp2(row_max[h] - ref[h]);
+          row_sum[h] *= rescale[h];
         }
       }
+      auto rescale_o = [&] {
+        if (!max_moved) return;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int i = 0; i < kDTiles; ++i) {
+            o[i][2 * h] *= rescale[h];
+            o[i][2 * h + 1] *= rescale[h];
+          }
+      };
+      // With wgmma, O is still being written by the last tile's P V.
+      if constexpr (!kWgmma) rescale_o();
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         row_max[h] = new_max[h];
@@ -440,6 +515,13 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
         }
       }
 
+      if constexpr (kWgmma) {
+        wgmma_wait<0>();  // the last tile's P V: O may be rescaled, its stage refilled
+        pin_registers(o);
+        refill(tile);
+        rescale_o();
+      }
+
       // O += P V, with P taken straight from the score accumulators.
 #pragma unroll
       for (int kk = 0; kk < kNTiles / 2; ++kk) {
@@ -447,17 +529,31 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
                                 pack_pair<T>(s[2 * kk][2], s[2 * kk][3]),
                                 pack_pair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                                 pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        const int vrow = key0 + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+        if constexpr (kWgmma) {
 #pragma unroll
-        for (int d2 = 0; d2 < kDTiles / 2; ++d2) {
-          uint32_t vb[4];
-          ldmatrix_x4_trans(vb, v_stage + swizzled<HEAD_DIM>(vrow, d2 * 2 + (lane >> 4)));
-          mma_16816<T>(o[2 * d2], pa, vb[0], vb[1]);
-          mma_16816<T>(o[2 * d2 + 1], pa, vb[2], vb[3]);
+          for (int i = 0; i < 4; ++i) p_prev[kk][i] = pa[i];
+        } else {
+          const int vrow = key0 + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+#pragma unroll
+          for (int d2 = 0; d2 < kDTiles / 2; ++d2) {
+            uint32_t vb[4];
+            ldmatrix_x4_trans(vb, v_stage + tile_offset(vrow, d2 * 2 + (lane >> 4)));
+            mma_16816<T>(o[2 * d2], pa, vb[0], vb[1]);
+            mma_16816<T>(o[2 * d2 + 1], pa, vb[2], vb[3]);
+          }
         }
       }
     }
-    __syncthreads();  // the stage is refilled next iteration
+    if constexpr (!kWgmma) __syncthreads();  // the stage is refilled next iteration
+  }
+  if constexpr (kWgmma) {
+    if (num_tiles > 0) {
+      wgmma_fence();
+      issue_pv(num_tiles - 1);
+      wgmma_commit();
+      wgmma_wait<0>();
+      pin_registers(o);
+    }
   }
   cp_async_wait<0>();
 
@@ -466,7 +562,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
     // (same fragment layout), through the now idle K/V stages.
     __syncthreads();  // the last slot copies have landed; smem is free
     constexpr int kLaneFloats = Cfg::kStateFloats;
-    float* exchange = reinterpret_cast<float*>(smem + Cfg::kQSmemElems * 2);
+    float* exchange = reinterpret_cast<float*>(smem_aligned + Cfg::kQSmemElems * 2);
     auto state_of = [&](int group) {
       return exchange + ((group - 1) * Cfg::kRowWarps + row_warp) * 32 * kLaneFloats + lane;
     };
@@ -567,7 +663,7 @@ template <typename T, int HEAD_DIM>
 __global__ void __launch_bounds__(kFewSplitRowsPerCta * 32)
     merge_few_splits_kernel(const TreeAttnParams p) {
   constexpr int kPerLane = HEAD_DIM / 32;
-  constexpr int kUnroll = 8;
+  constexpr int kUnroll = 2048 / HEAD_DIM;  // 64 floats of partials in flight per lane
   const int lane = threadIdx.x % 32;
   const int64_t n_rows = static_cast<int64_t>(p.batch) * p.num_drafts * p.num_q_heads;
   const int64_t q_row = static_cast<int64_t>(blockIdx.x) * kFewSplitRowsPerCta + threadIdx.x / 32;
@@ -583,6 +679,20 @@ __global__ void __launch_bounds__(kFewSplitRowsPerCta * 32)
   if (plan.active == 1) return;  // the attention kernel wrote this row itself
 
   const float* lse = p.partial_lse + q_row * p.num_splits;
+  const float* part = p.partial_out + q_row * p.num_splits * HEAD_DIM + lane * kPerLane;
+  float x[kUnroll][kPerLane];
+  auto load_batch = [&](int s0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (s0 + u < plan.active) {
+        load_floats(part + (s0 + u) * HEAD_DIM, x[u]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) x[u][i] = 0.f;
+      }
+    }
+  };
+  load_batch(0);  // needs no weights: in flight together with the LSEs
   float weight[2], max_lse = -INFINITY;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -603,27 +713,17 @@ __global__ void __launch_bounds__(kFewSplitRowsPerCta * 32)
   for (int off = 16; off > 0; off /= 2)
     total_weight += __shfl_xor_sync(0xffffffff, total_weight, off);
 
-  const float* part = p.partial_out + q_row * p.num_splits * HEAD_DIM + lane * kPerLane;
   float acc[kPerLane] = {};
   for (int s0 = 0; s0 < plan.active; s0 += kUnroll) {
-    float x[kUnroll][kPerLane];
-    float w[kUnroll];
+    if (s0 > 0) load_batch(s0);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int s = s0 + u;
-      w[u] = __shfl_sync(0xffffffff, s < 32 ? weight[0] : weight[1], s % 32);
-      if (s < plan.active) {
-        load_floats(part + s * HEAD_DIM, x[u]);
-      } else {
-        w[u] = 0.f;
+      // Past the last split x is zero, so the weight read there does not matter.
+      const float w = __shfl_sync(0xffffffff, s < 32 ? weight[0] : weight[1], s % 32);
 #pragma unroll
-        for (int i = 0; i < kPerLane; ++i) x[u][i] = 0.f;
-      }
+      for (int i = 0; i < kPerLane; ++i) acc[i] += w * x[u][i];
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) acc[i] += w[u] * x[u][i];
   }
   const float inv = total_weight > 0.f ? 1.f / total_weight : 0.f;
   T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head +
@@ -641,7 +741,7 @@ constexpr int kMergeThreads = 256;
 constexpr int kMergeDims = 32;
 constexpr int kMergeChunks = kMergeDims / 4;  // float4 per split and CTA
 constexpr int kSplitLanes = kMergeThreads / kMergeChunks;
-constexpr int kMergeUnroll = 4;
+constexpr int kMergeUnroll = 8;
 constexpr int kMaxSplits = 1024;
 constexpr int kLsePerThread = kMaxSplits / kMergeThreads;
 

@@ -43,6 +43,18 @@ def test_dtypes_layouts_strides(device, dtype, index_dtype, layout, strided_q):
     check(case, TOL[dtype])
 
 
+# 16, 32, 64 and 96 rows per KV head: the CUDA kernel's key-split-4, key-split-2,
+# warpgroup-MMA (head_dim 128 on sm_90a) and two-M-tile paths, in both 16-bit
+# dtypes, with a prefix long enough to split.
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("num_drafts", [2, 4, 8, 12])
+def test_row_tilings(device, dtype, head_dim, num_drafts):
+    case = make_case([0, 1, 2500], num_drafts, 16, 2, head_dim, dtype=dtype, device=device,
+                     tree="random", seed=num_drafts * 100 + head_dim)
+    check(case, TOL[dtype])
+
+
 @pytest.mark.parametrize("num_drafts,tree", [(1, "random"), (3, "chain"), (16, "eagle"),
                                              (33, "random"), (64, "eagle")])
 def test_tree_shapes(device, num_drafts, tree):
