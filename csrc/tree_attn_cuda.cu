@@ -46,15 +46,15 @@ bool supports_dependent_launch(int device) {
 }
 
 // Attention CTAs that one SM holds at once (registers and shared memory).
-template <typename T, int HEAD_DIM, int KEY_SPLIT>
+template <typename T, int HEAD_DIM, int KEY_SPLIT, int WARPS>
 int resident_ctas_per_sm(int device) {
-  using Cfg = TileConfig<HEAD_DIM, KEY_SPLIT>;
+  using Cfg = TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>;
   static std::mutex mu;
   static std::vector<int> table;
   return cached_per_device(table, mu, device, [&] {
     int ctas = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &ctas, tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT>, Cfg::kThreads, Cfg::kSmemBytes));
+        &ctas, tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS>, Cfg::kThreads, Cfg::kSmemBytes));
     return std::max(ctas, 1);
   });
 }
@@ -92,10 +92,10 @@ int choose_num_splits(int64_t ctas_without_split, int64_t resident_ctas, int64_t
   return static_cast<int>(std::clamp<int64_t>(fit, 1, std::min<int64_t>(most, kMaxSplits)));
 }
 
-template <typename T, int HEAD_DIM, int KEY_SPLIT>
+template <typename T, int HEAD_DIM, int KEY_SPLIT, int WARPS = 4>
 void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
             cudaStream_t stream) {
-  using Cfg = TileConfig<HEAD_DIM, KEY_SPLIT>;
+  using Cfg = TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>;
   const int64_t rows = params.rows_per_kv_head;
   params.num_m_tiles = static_cast<int>(ceil_div64(rows, Cfg::kBlockM));
   // Two tiles per split at least: CTAs enough to fill every SM matter more
@@ -103,13 +103,13 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
   params.split_min_tokens = 2 * Cfg::kBlockN;
   const int64_t ctas = static_cast<int64_t>(params.batch) * params.num_kv_heads *
                        params.num_m_tiles;
-  auto* kernel = tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT>;
+  auto* kernel = tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const int device = q.get_device();
   const int64_t resident_ctas =
       static_cast<int64_t>(device_attribute<cudaDevAttrMultiProcessorCount>(device)) *
-      resident_ctas_per_sm<T, HEAD_DIM, KEY_SPLIT>(device);
+      resident_ctas_per_sm<T, HEAD_DIM, KEY_SPLIT, WARPS>(device);
   params.num_splits =
       choose_num_splits(ctas, resident_ctas, max_context, params.split_min_tokens);
 
@@ -141,7 +141,8 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
 }
 
 // Few query rows per KV head leave warps of a 64-row tile idle: split each KV
-// tile across them instead (see TileConfig).
+// tile across them instead. More than 64 rows take 128-row tiles where wgmma
+// runs them (see TileConfig).
 template <typename T, int HEAD_DIM>
 void launch_for_rows(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
                      cudaStream_t stream) {
@@ -151,6 +152,10 @@ void launch_for_rows(TreeAttnParams& params, const at::Tensor& q, int64_t max_co
   }
   if (params.rows_per_kv_head <= 32)
     return launch<T, HEAD_DIM, 2>(params, q, max_context, stream);
+  if constexpr (TileConfig<HEAD_DIM>::kWarpgroupMma) {
+    if (params.rows_per_kv_head > 64)
+      return launch<T, HEAD_DIM, 1, 8>(params, q, max_context, stream);
+  }
   return launch<T, HEAD_DIM, 1>(params, q, max_context, stream);
 }
 

@@ -1,9 +1,9 @@
 // Split-KV tree-attention kernel on tensor cores: warpgroup MMA (wgmma) on
-// sm_90a for 64-row tiles, mma.sync m16n8k16 elsewhere.
+// sm_90a for 64-row warpgroups, mma.sync m16n8k16 elsewhere.
 //
-// One CTA owns (request b, KV head h, a tile of up to 64 of the D*group query
-// rows that share h, one split of the KV sequence). Each KV token of the split
-// is read once into shared memory and used for all rows of the tile; KV tokens
+// One CTA owns (request b, KV head h, a tile of up to 64 or 128 of the D*group
+// query rows that share h, one split of the KV sequence). Each KV token of the
+// split is read once into shared memory and used for all rows of the tile; KV tokens
 // are prefix tokens 0..L-1 then draft tokens L..L+D-1, each at the slot
 // req_to_token[req_pool_indices[b], pos]. Draft tokens are masked per row by
 // tree_mask. Splits write fp32 partials that a merge kernel combines.
@@ -19,9 +19,13 @@
 
 namespace verify_ops {
 
-template <int HEAD_DIM, int KEY_SPLIT = 1>
+template <int HEAD_DIM, int KEY_SPLIT = 1, int WARPS = 4>
 struct TileConfig {
-  static constexpr int kWarps = 4;
+  // Four warps cover up to 64 query rows. Eight (two warpgroups, 128 rows) read
+  // each KV tile once for twice the rows, which halves the L2-to-SM traffic
+  // of many-row cases, and their MMAs overlap their softmax (see the kernel).
+  static constexpr int kWarps = WARPS;
+  static_assert(WARPS == 4 || (WARPS == 8 && KEY_SPLIT == 1), "bad WARPS");
   static constexpr int kThreads = kWarps * 32;
   // With few query rows per KV head, warps that would hold only padding rows
   // take a share of each KV tile instead: KEY_SPLIT warps cover one 16-row
@@ -31,22 +35,28 @@ struct TileConfig {
   static constexpr int kBlockN = HEAD_DIM <= 128 ? 64 : 32;  // KV tokens per tile
   static constexpr int kKeysPerWarp = kBlockN / KEY_SPLIT;
   static_assert(kWarps % KEY_SPLIT == 0 && kKeysPerWarp % 16 == 0, "bad KEY_SPLIT");
-  static constexpr int kStages = HEAD_DIM <= 128 ? 3 : 2;
+  // Two four-warp CTAs share an SM; an eight-warp CTA has it alone and keeps
+  // as many KV bytes in flight through more stages.
+  static constexpr int kCtasPerSm = WARPS == 4 ? 2 : 1;
+  static constexpr int kStages = HEAD_DIM <= 128 ? (WARPS == 4 ? 3 : 6) : 2;
   static constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
   static constexpr int kRowsPerPass = kThreads / kChunks;
   static constexpr int kLoadRows = kBlockN / kRowsPerPass;  // rows per thread
-  // At head_dim 256 the Q fragments would not fit beside the accumulators.
-  static constexpr bool kQInRegisters = HEAD_DIM <= 128;
+  // One warpgroup MMA covers 64 rows of a CTA whose warps do not split keys.
+  // Not at head_dim 256, where O alone takes half the registers.
+  static constexpr bool kWarpgroupMma = KEY_SPLIT == 1 && HEAD_DIM <= 128;
+  // Where Q's MMA fragments stay in registers for the whole loop. Not at head_dim
+  // 256, beside its accumulators; not for wgmma at 64, where ptxas (CUDA 13.0)
+  // reused those registers inside the loop (SASS; wrong results on the H200):
+  // that wgmma reads Q from shared memory.
+  static constexpr bool kQInRegisters =
+      HEAD_DIM == 128 || (HEAD_DIM == 64 && !kWarpgroupMma);
   static constexpr int kTileElems = kBlockN * HEAD_DIM;
-  // Q held in registers is staged through the last K stage, which the
-  // pipeline fills only after Q has been read: two CTAs then fit an SM.
+  // Q held in registers is staged through the last stage (its K and V tiles
+  // are adjacent), which the pipeline fills only after Q has been read: two
+  // four-warp CTAs then fit an SM. Otherwise Q has its own region.
   static constexpr int kQSmemElems = kQInRegisters ? 0 : kBlockM * HEAD_DIM;
-  // One warpgroup MMA covers all 64 rows of a CTA whose warps do not split
-  // keys, with Q from registers. Head_dim 128 only: at 256 Q does not fit in
-  // registers, and at 64 ptxas (CUDA 13.0) reused Q's registers inside the
-  // loop (seen in SASS, wrong results on the H200).
-  static constexpr bool kWarpgroupMma = KEY_SPLIT == 1 && HEAD_DIM == 128;
-  static_assert(!kQInRegisters || kBlockM <= kBlockN, "Q must fit in one K stage");
+  static_assert(!kQInRegisters || kBlockM <= 2 * kBlockN, "Q must fit in one stage");
   // Slot indices run kStages tiles ahead of the KV they address, through a
   // ring of 2 * kStages tiles of 8-byte entries (int32 slots are zero-extended).
   static constexpr int kSlotRingTiles = 2 * kStages;
@@ -209,10 +219,11 @@ __device__ inline float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffff, x, 2);
 }
 
-template <typename T, int HEAD_DIM, int KEY_SPLIT>
-__global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
+template <typename T, int HEAD_DIM, int KEY_SPLIT, int WARPS>
+__global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThreads,
+                                  TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kCtasPerSm)
     tree_attn_kernel(const TreeAttnParams p) {
-  using Cfg = TileConfig<HEAD_DIM, KEY_SPLIT>;
+  using Cfg = TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>;
   constexpr int kBlockN = Cfg::kBlockN;
   constexpr int kKSteps = HEAD_DIM / 16;
   constexpr int kNTiles = Cfg::kKeysPerWarp / 8;  // score tiles of 8 keys, per warp
@@ -246,17 +257,24 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
       Cfg::kSmemAlign == 128 ? smem_unaligned
                              : (smem_unaligned + Cfg::kSmemAlign - 1) & ~(Cfg::kSmemAlign - 1u);
   unsigned char* const smem_aligned = smem + (smem_base - smem_unaligned);
-  const uint32_t k_smem = smem_base + Cfg::kQSmemElems * 2;
-  const uint32_t v_smem = k_smem + Cfg::kStages * Cfg::kTileElems * 2;
-  const uint32_t q_smem =
-      Cfg::kQInRegisters ? k_smem + (Cfg::kStages - 1) * Cfg::kTileElems * 2 : smem_base;
+  // Stage s holds K tile then V tile: the last stage is one span for Q.
+  constexpr uint32_t kTileBytes = Cfg::kTileElems * 2;
+  const uint32_t kv_smem = smem_base + Cfg::kQSmemElems * 2;
+  auto k_stage_of = [&](int stage) { return kv_smem + stage * 2 * kTileBytes; };
+  auto v_stage_of = [&](int stage) { return k_stage_of(stage) + kTileBytes; };
+  const uint32_t q_smem = Cfg::kQInRegisters ? k_stage_of(Cfg::kStages - 1) : smem_base;
 
   const int row0 = m_tile * Cfg::kBlockM;  // first query row of this tile
-  // Byte offset of a 16-byte chunk in a K/V stage or the Q tile (which wgmma
-  // kernels stage in a K stage): wgmma's slabs, or whole rows, which take the
-  // mma.sync kernels fewer registers.
+  // Byte offset of a 16-byte chunk in a K/V tile: wgmma's slabs, or whole
+  // rows, which take the mma.sync kernels fewer registers. Q is in slabs where
+  // wgmma reads it from shared memory, else in whole rows for ldmatrix.
   auto tile_offset = [](int row, int chunk) {
     if constexpr (Cfg::kWarpgroupMma) return swizzled_slabs<kBlockN>(row, chunk);
+    else return swizzled_rows<HEAD_DIM>(row, chunk);
+  };
+  auto q_offset = [](int row, int chunk) {
+    if constexpr (Cfg::kWarpgroupMma && !Cfg::kQInRegisters)
+      return swizzled_slabs<Cfg::kBlockM>(row, chunk);
     else return swizzled_rows<HEAD_DIM>(row, chunk);
   };
   const T* q = static_cast<const T*>(p.q);
@@ -272,16 +290,21 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
     const int head = kv_head * p.group + (valid ? row % p.group : 0);
     const T* src = q + (static_cast<int64_t>(b) * p.num_drafts + draft) * p.q_stride_token +
                    head * p.q_stride_head + c * 8;
-    cp_async_16(q_smem + tile_offset(r, c), src, valid ? 16 : 0);
+    cp_async_16(q_smem + q_offset(r, c), src, valid ? 16 : 0);
   }
 
-  // Pipeline: the group committed at step t holds KV tile t + kStages - 1 and
-  // the slots of tile t + 2 * kStages - 1, so slot indices are in shared
-  // memory a full step before the KV copies that need them are issued.
+  // Pipeline: KV tiles run kPrefetch tiles ahead of the one consumed. The
+  // group committed at step t holds KV tile t + kPrefetch and the slots of tile
+  // t + kPrefetch + kStages, so slot indices are in shared memory well before
+  // the KV copies that need them are issued. Two warpgroups that compute the
+  // next tile's scores during this one's softmax (kScoresAhead) hold one more
+  // tile, and refill only the stage both left a step earlier.
+  constexpr bool kScoresAhead = kWgmma && Cfg::kWarps == 8;
+  constexpr int kPrefetch = kScoresAhead ? Cfg::kStages - 2 : Cfg::kStages - 1;
   const int num_tiles = static_cast<int>(ceil_div64(kv_end - kv_begin, kBlockN));
   int64_t* slot_ring =
       reinterpret_cast<int64_t*>(smem_aligned + Cfg::kQSmemElems * 2 + Cfg::kKVBytes);
-  const uint32_t slot_ring_smem = v_smem + Cfg::kStages * Cfg::kTileElems * 2;
+  const uint32_t slot_ring_smem = kv_smem + Cfg::kKVBytes;
   const int r2t_bytes = p.r2t_is_int64 ? 8 : 4;
   const char* r2t_row = static_cast<const char*>(p.req_to_token) +
                         req_row * p.r2t_stride_row * r2t_bytes;
@@ -316,19 +339,19 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
       const int r = load_row0 + j * Cfg::kRowsPerPass;
       const bool valid = r < rows_left;
       const int64_t slot = valid ? ring[r] : 0;
-      const uint32_t off = stage * Cfg::kTileElems * 2 + tile_offset(r, load_chunk);
-      cp_async_16(k_smem + off, k_head + slot * p.k_stride_slot, valid ? 16 : 0);
-      cp_async_16(v_smem + off, v_head + slot * p.v_stride_slot, valid ? 16 : 0);
+      const uint32_t off = tile_offset(r, load_chunk);
+      cp_async_16(k_stage_of(stage) + off, k_head + slot * p.k_stride_slot, valid ? 16 : 0);
+      cp_async_16(v_stage_of(stage) + off, v_head + slot * p.v_stride_slot, valid ? 16 : 0);
     }
   };
 
-  // Prologue: Q and the first 2 * kStages - 1 slot tiles, then kStages - 1 KV tiles.
-  for (int t = 0; t < Cfg::kSlotRingTiles - 1; ++t) load_slots(t);
+  // Prologue: Q and the first kPrefetch + kStages slot tiles, then kPrefetch KV tiles.
+  for (int t = 0; t < kPrefetch + Cfg::kStages; ++t) load_slots(t);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
 #pragma unroll
-  for (int t = 0; t < Cfg::kStages - 1; ++t) {
+  for (int t = 0; t < kPrefetch; ++t) {
     if (t < num_tiles) issue_tile(t);
     cp_async_commit();
   }
@@ -354,7 +377,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
 
   uint32_t q_frag[Cfg::kQInRegisters ? kKSteps : 1][4];
   auto q_frag_addr = [&](int ks) {
-    return q_smem + tile_offset(row_warp * 16 + (lane & 15), ks * 2 + (lane >> 4));
+    return q_smem + q_offset(row_warp * 16 + (lane & 15), ks * 2 + (lane >> 4));
   };
   if constexpr (Cfg::kQInRegisters) {
 #pragma unroll
@@ -362,58 +385,233 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
     __syncthreads();  // the first loop step refills the stage that held Q
   }
 
-  // One cp.async group: KV tile `tile + kStages - 1` into the stage that tile
-  // `tile - 1` used, and slots further ahead.
+  // One cp.async group: KV tile `tile + kPrefetch`, and slots further ahead.
   auto refill = [&](int tile) {
-    if (tile + Cfg::kStages - 1 < num_tiles) issue_tile(tile + Cfg::kStages - 1);
-    load_slots(tile + Cfg::kSlotRingTiles - 1);
+    if (tile + kPrefetch < num_tiles) issue_tile(tile + kPrefetch);
+    load_slots(tile + kPrefetch + Cfg::kStages);
     cp_async_commit();
   };
-  // wgmma: P V of a tile is issued with the next tile's S = Q K^T and runs
-  // while that tile's softmax does; P waits in registers as 16-bit pairs.
-  uint32_t p_prev[kWgmma ? kNTiles / 2 : 1][4];
-  auto issue_pv = [&](int tile) {
-    const uint32_t v_stage = v_smem + (tile % Cfg::kStages) * Cfg::kTileElems * 2;
+
+  // S = Q K^T of the tile in `stage` on the warpgroup's tensor cores: K-major
+  // B (and A from shared memory), 16 dims per step within a 128-byte swizzle
+  // row. Issued and committed, not waited for.
+  auto issue_qk = [&](float (&s)[kNTiles][4], int stage) {
+    if constexpr (Cfg::kWarpgroupMma) {
+      const uint32_t k_stage = k_stage_of(stage);
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kNTiles / 2; ++kk)
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        const uint64_t k_desc = sw128_descriptor(k_stage + tile_offset(0, 2 * ks));
+        if constexpr (Cfg::kQInRegisters)
+          wgmma_m64n64k16<T, false>(s, q_frag[ks], k_desc, ks > 0);
+        else
+          wgmma_m64n64k16<T>(s, sw128_descriptor(q_smem + q_offset(warp / 4 * 64, 2 * ks)),
+                             k_desc, ks > 0);
+      }
+      wgmma_commit();
+    }
+  };
+  // O += P V of the tile in `stage`, P from registers as 16-bit pairs; issued
+  // and committed, not waited for.
+  using PFrag = uint32_t[Cfg::kWarpgroupMma ? kNTiles / 2 : 1][4];
+  auto issue_pv = [&](int stage, const PFrag& p_frag) {
+    if constexpr (Cfg::kWarpgroupMma) {
+      const uint32_t v_stage = v_stage_of(stage);
+      wgmma_fence();
 #pragma unroll
-      for (int slab = 0; slab < HEAD_DIM / 64; ++slab)  // V is MN-major B
-        wgmma_m64n64k16<T, true>(
-            reinterpret_cast<float(&)[8][4]>(o[8 * slab]), p_prev[kk],
-            sw128_descriptor(v_stage + tile_offset(kk * 16, 8 * slab)), true);
+      for (int kk = 0; kk < kNTiles / 2; ++kk)
+#pragma unroll
+        for (int slab = 0; slab < HEAD_DIM / 64; ++slab)  // V is MN-major B
+          wgmma_m64n64k16<T, true>(
+              reinterpret_cast<float(&)[8][4]>(o[8 * slab]), p_frag[kk],
+              sw128_descriptor(v_stage + tile_offset(kk * 16, 8 * slab)), true);
+      wgmma_commit();
+    }
   };
 
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    const int stage = tile % Cfg::kStages;
-    // With mma.sync the stage consumed last step is free; with wgmma its V is
-    // still being read, so the refill waits until that P V is done.
-    if constexpr (!kWgmma) refill(tile);
-    cp_async_wait<kWgmma ? Cfg::kStages - 2 : Cfg::kStages - 1>();
-    if constexpr (kWgmma) fence_shared_for_wgmma();
-    __syncthreads();
-
-    if (kWgmma || warp_active) {
-      const uint32_t k_stage = k_smem + stage * Cfg::kTileElems * 2;
-      [[maybe_unused]] const uint32_t v_stage = v_smem + stage * Cfg::kTileElems * 2;
-      float s[kNTiles][4];
-      if constexpr (kWgmma) {
-        // S = Q K^T: K-major B, 16 dims per step within a 128-byte swizzle row.
-        wgmma_fence();
+  // Scales and masks a tile's scores, folds them into the running max and sum,
+  // and turns them into probabilities in place. Masking is a separate pass,
+  // taken only by tiles that reach the drafts or the split's end, so the
+  // common path stays free of branches. O must then be rescaled by
+  // `rescale` if the reference max moved for some row of the warp.
+  struct Fold {
+    bool max_moved;
+    float rescale[2];
+  };
+  auto fold_scores = [&](float (&s)[kNTiles][4], int tile) {
 #pragma unroll
-        for (int ks = 0; ks < kKSteps; ++ks)
-          wgmma_m64n64k16<T, false>(s, q_frag[ks],
-                                    sw128_descriptor(k_stage + tile_offset(0, 2 * ks)),
-                                    ks > 0);
-        wgmma_commit();
-        if (tile > 0) {
-          issue_pv(tile - 1);
-          wgmma_commit();
-          wgmma_wait<1>();  // S is done; the last tile's P V may still run
-        } else {
-          wgmma_wait<0>();
+    for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[n][i] *= p.scale_log2;
+    const int64_t tile_pos = kv_begin + static_cast<int64_t>(tile) * kBlockN;
+    if (tile_pos + kBlockN > prefix || tile_pos + kBlockN > kv_end) {
+      // Tile-relative bounds: keys at or past keys_left do not exist, and key
+      // draft_begin + j is draft j (both fit an int once clamped to the tile).
+      const int keys_left = static_cast<int>(min(kv_end - tile_pos, static_cast<int64_t>(kBlockN)));
+      const int draft_begin = static_cast<int>(min(prefix - tile_pos, static_cast<int64_t>(kBlockN)));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const bool* mask_row = mask_base + row_draft[h] * p.mask_stride_row;
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = key0 + n * 8 + 2 * t4 + e;
+            bool visible = key < keys_left;
+            if (visible && key >= draft_begin)
+              visible = row_valid[h] && mask_row[(key - draft_begin) * p.mask_stride_col];
+            if (!visible) s[n][2 * h + e] = -INFINITY;
+          }
         }
-        pin_registers(s);
+      }
+    }
+    // Exponents are taken against row_max, which moves only when a row's
+    // max passes it by more than kMaxGrowthLog2: P then stays below 2^8,
+    // exact enough in 16 bits, and O (which wgmma may still be writing) needs
+    // rescaling on few tiles.
+    constexpr float kMaxGrowthLog2 = 8.f;
+    float tile_max[2];
+    bool row_moves[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float m = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) m = fmaxf(m, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+      tile_max[h] = quad_max(m);
+      row_moves[h] = tile_max[h] > row_max[h] + kMaxGrowthLog2;  // -inf + 8 is -inf
+    }
+    Fold fold;
+    fold.max_moved = __any_sync(0xffffffff, row_moves[0] || row_moves[1]);
+    if (fold.max_moved) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float new_max = fmaxf(row_max[h], tile_max[h]);
+        // A row that has seen nothing yet keeps max -inf, and a zero scale.
+        fold.rescale[h] = new_max == -INFINITY ? 1.f : fast_exp2(row_max[h] - new_max);
+        row_sum[h] *= fold.rescale[h];
+        row_max[h] = new_max;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // Where row_max is still -inf so is every score: use 0 so exp2 stays finite.
+      const float ref = row_max[h] == -INFINITY ? 0.f : row_max[h];
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pr = fast_exp2(s[n][2 * h + e] - ref);
+          s[n][2 * h + e] = pr;
+          row_sum[h] += pr;
+        }
+      }
+    }
+    return fold;
+  };
+  auto rescale_o = [&](const Fold& fold) {
+    if (!fold.max_moved) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < kDTiles; ++i) {
+        o[i][2 * h] *= fold.rescale[h];
+        o[i][2 * h + 1] *= fold.rescale[h];
+      }
+  };
+  // P, the probabilities in the score accumulators, as MMA A fragments.
+  auto pack_p = [&](const float (&s)[kNTiles][4], int kk, uint32_t (&pa)[4]) {
+    pa[0] = pack_pair<T>(s[2 * kk][0], s[2 * kk][1]);
+    pa[1] = pack_pair<T>(s[2 * kk][2], s[2 * kk][3]);
+    pa[2] = pack_pair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[3] = pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  };
+
+  if constexpr (kScoresAhead) {
+    // Step t: the scores of tile t + 1 and P V of tile t - 1 run on the tensor
+    // cores while the warpgroup does tile t's softmax, which waits for them
+    // only on the rare tiles that move the reference max; then P V of tile t
+    // goes out. Score and P registers alternate between even and odd tiles.
+    // The last step also scores a tile past the end, from a stage no copy is
+    // writing, and drops it: no branch between the MMAs.
+    float s_even[kNTiles][4], s_odd[kNTiles][4];
+    PFrag p_even, p_odd;
+    auto step = [&](int tile, float (&s_now)[kNTiles][4], float (&s_next)[kNTiles][4],
+                    PFrag& p_now) {
+      cp_async_wait<Cfg::kStages - 4>();  // tile + 1 has landed
+      fence_shared_for_wgmma();
+      __syncthreads();  // ... for every thread; both warpgroups left tile - 2
+      refill(tile);     // into the stage of tile - 2
+      issue_qk(s_next, (tile + 1) % Cfg::kStages);
+      const Fold fold = fold_scores(s_now, tile);
+      if (fold.max_moved) {
+        wgmma_wait<0>();
+        pin_registers(o);
+        rescale_o(fold);
+      }
+#pragma unroll
+      for (int kk = 0; kk < kNTiles / 2; ++kk) pack_p(s_now, kk, p_now[kk]);
+      issue_pv(tile % Cfg::kStages, p_now);
+      // The scores of tile + 1 and P V of tile - 1. After the issue of P V, so
+      // that ptxas cannot move this wait above the softmax.
+      wgmma_wait<1>();
+      pin_registers(s_next);
+    };
+    if (num_tiles > 0) {
+      cp_async_wait<Cfg::kStages - 3>();  // tile 0
+      fence_shared_for_wgmma();
+      __syncthreads();
+      issue_qk(s_even, 0);
+      wgmma_wait<0>();
+    }
+    // No branch inside the pair: ptxas serializes wgmma (C7513) where register
+    // copies at a join touch the P of a P V in flight.
+    int tile = 0;
+    for (; tile + 1 < num_tiles; tile += 2) {
+      step(tile, s_even, s_odd, p_even);
+      step(tile + 1, s_odd, s_even, p_odd);
+    }
+    if (tile < num_tiles) step(tile, s_even, s_odd, p_even);
+    wgmma_wait<0>();
+    pin_registers(o);
+  } else if constexpr (kWgmma) {
+    // One warpgroup: P V of the last tile is issued with this tile's scores.
+    PFrag p_frag;
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      cp_async_wait<Cfg::kStages - 2>();
+      fence_shared_for_wgmma();
+      __syncthreads();
+      float s[kNTiles][4];
+      issue_qk(s, tile % Cfg::kStages);
+      if (tile > 0) {
+        issue_pv((tile - 1) % Cfg::kStages, p_frag);
+        wgmma_wait<1>();  // S is done; the last tile's P V may still run
       } else {
+        wgmma_wait<0>();
+      }
+      pin_registers(s);
+      const Fold fold = fold_scores(s, tile);
+      wgmma_wait<0>();  // the last tile's P V: O may be rescaled, its stage refilled
+      pin_registers(o);
+      refill(tile);
+      rescale_o(fold);
+#pragma unroll
+      for (int kk = 0; kk < kNTiles / 2; ++kk) pack_p(s, kk, p_frag[kk]);
+    }
+    if (num_tiles > 0) {
+      issue_pv((num_tiles - 1) % Cfg::kStages, p_frag);
+      wgmma_wait<0>();
+      pin_registers(o);
+    }
+  } else {
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      const int stage = tile % Cfg::kStages;
+      refill(tile);  // into the stage consumed last step
+      cp_async_wait<Cfg::kStages - 1>();
+      __syncthreads();
+      if (warp_active) {
+        const uint32_t k_stage = k_stage_of(stage);
+        const uint32_t v_stage = v_stage_of(stage);
+        float s[kNTiles][4];
 #pragma unroll
         for (int n = 0; n < kNTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
@@ -434,105 +632,11 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
             mma_16816<T>(s[2 * n2 + 1], a_reg, kb[2], kb[3]);
           }
         }
-      }
-
-      // Scale, mask, and fold the tile into the running softmax. Masking is a
-      // separate pass, taken only by tiles that reach the drafts or the split's
-      // end, so the common path stays free of branches.
+        rescale_o(fold_scores(s, tile));
 #pragma unroll
-      for (int n = 0; n < kNTiles; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[n][i] *= p.scale_log2;
-      const int64_t tile_pos = kv_begin + static_cast<int64_t>(tile) * kBlockN;
-      if (tile_pos + kBlockN > prefix || tile_pos + kBlockN > kv_end) {
-        // Tile-relative bounds: keys at or past keys_left do not exist, and key
-        // draft_begin + j is draft j (both fit an int once clamped to the tile).
-        const int keys_left = static_cast<int>(min(kv_end - tile_pos, static_cast<int64_t>(kBlockN)));
-        const int draft_begin = static_cast<int>(min(prefix - tile_pos, static_cast<int64_t>(kBlockN)));
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const bool* mask_row = mask_base + row_draft[h] * p.mask_stride_row;
-#pragma unroll
-          for (int n = 0; n < kNTiles; ++n) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = key0 + n * 8 + 2 * t4 + e;
-              bool visible = key < keys_left;
-              if (visible && key >= draft_begin)
-                visible = row_valid[h] && mask_row[(key - draft_begin) * p.mask_stride_col];
-              if (!visible) s[n][2 * h + e] = -INFINITY;
-            }
-          }
-        }
-      }
-      float new_max[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < kNTiles; ++n)
-          tile_max = fmaxf(tile_max, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-        new_max[h] = fmaxf(row_max[h], quad_max(tile_max));
-      }
-      // A row that has seen nothing yet keeps max -inf; use 0 so exp2 stays finite.
-      float ref[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) ref[h] = new_max[h] == -INFINITY ? 0.f : new_max[h];
-      // Past the first tiles the running max rarely moves: skip the O rescale then.
-      const bool max_moved =
-          !__all_sync(0xffffffff, new_max[0] == row_max[0] && new_max[1] == row_max[1]);
-      float rescale[2];
-      if (max_moved) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          rescale[h] = fast_exp2(row_max[h] - ref[h]);
-          row_sum[h] *= rescale[h];
-        }
-      }
-      auto rescale_o = [&] {
-        if (!max_moved) return;
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int i = 0; i < kDTiles; ++i) {
-            o[i][2 * h] *= rescale[h];
-            o[i][2 * h + 1] *= rescale[h];
-          }
-      };
-      // With wgmma, O is still being written by the last tile's P V.
-      if constexpr (!kWgmma) rescale_o();
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        row_max[h] = new_max[h];
-#pragma unroll
-        for (int n = 0; n < kNTiles; ++n) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pr = fast_exp2(s[n][2 * h + e] - ref[h]);
-            s[n][2 * h + e] = pr;
-            row_sum[h] += pr;
-          }
-        }
-      }
-
-      if constexpr (kWgmma) {
-        wgmma_wait<0>();  // the last tile's P V: O may be rescaled, its stage refilled
-        pin_registers(o);
-        refill(tile);
-        rescale_o();
-      }
-
-      // O += P V, with P taken straight from the score accumulators.
-#pragma unroll
-      for (int kk = 0; kk < kNTiles / 2; ++kk) {
-        const uint32_t pa[4] = {pack_pair<T>(s[2 * kk][0], s[2 * kk][1]),
-                                pack_pair<T>(s[2 * kk][2], s[2 * kk][3]),
-                                pack_pair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        if constexpr (kWgmma) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) p_prev[kk][i] = pa[i];
-        } else {
+        for (int kk = 0; kk < kNTiles / 2; ++kk) {
+          uint32_t pa[4];
+          pack_p(s, kk, pa);
           const int vrow = key0 + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
 #pragma unroll
           for (int d2 = 0; d2 < kDTiles / 2; ++d2) {
@@ -543,16 +647,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT>::kThreads, 2)
           }
         }
       }
-    }
-    if constexpr (!kWgmma) __syncthreads();  // the stage is refilled next iteration
-  }
-  if constexpr (kWgmma) {
-    if (num_tiles > 0) {
-      wgmma_fence();
-      issue_pv(num_tiles - 1);
-      wgmma_commit();
-      wgmma_wait<0>();
-      pin_registers(o);
+      __syncthreads();  // the stage is refilled next iteration
     }
   }
   cp_async_wait<0>();

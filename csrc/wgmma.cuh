@@ -1,6 +1,6 @@
 // Hopper warpgroup MMA (wgmma, sm_90a only): m64n64k16 with A in registers
-// and B in shared memory, the fences around it, and the shared-memory layout
-// it reads: a tile of ROWS rows of 16-bit elements is stored as slabs of
+// or shared memory and B in shared memory, the fences around it, and the
+// shared-memory layout it reads: a tile of ROWS rows of 16-bit elements is stored as slabs of
 // ROWS x 128 bytes (64 elements of each row per slab); in a slab, 16-byte
 // chunk c of row r sits at chunk c ^ (r % 8), the 128-byte swizzle.
 #pragma once
@@ -37,22 +37,32 @@ __device__ inline uint64_t sw128_descriptor(uint32_t addr) {
          kSwizzle128B << 62;
 }
 
-#define VERIFY_OPS_WGMMA_M64N64K16(TYPES)                                                     \
-  asm volatile(                                                                             \
-      "{\n.reg .pred acc;\nsetp.ne.b32 acc, %38, 0;\n"                                      \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " "                               \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "             \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "   \
-      "{%32, %33, %34, %35}, %36, acc, 1, 1, %37;\n}\n"                                     \
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),          \
-        "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),          \
-        "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),          \
-        "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),          \
-        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),          \
-        "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),          \
-        "+f"(d[7][2]), "+f"(d[7][3])                                                        \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(TRANS_B ? 1 : 0),      \
-        "r"(static_cast<int>(accumulate)))
+// The 32 accumulator operands of an m64n64k16 wgmma, %0..%31.
+#define VERIFY_OPS_WGMMA_D_OPERANDS                                                          \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),  \
+      "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]),             \
+      "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),             \
+      "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),             \
+      "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]),             \
+      "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+#define VERIFY_OPS_WGMMA_D_LIST                                                           \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "               \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+
+#define VERIFY_OPS_WGMMA_M64N64K16_RS(TYPES)                                            \
+  asm volatile("{\n.reg .pred acc;\nsetp.ne.b32 acc, %38, 0;\n"                         \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " "                  \
+               VERIFY_OPS_WGMMA_D_LIST "{%32, %33, %34, %35}, %36, acc, 1, 1, %37;\n}\n" \
+               : VERIFY_OPS_WGMMA_D_OPERANDS                                            \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc),               \
+                 "n"(TRANS_B ? 1 : 0), "r"(static_cast<int>(accumulate)))
+
+#define VERIFY_OPS_WGMMA_M64N64K16_SS(TYPES)                                               \
+  asm volatile("{\n.reg .pred acc;\nsetp.ne.b32 acc, %34, 0;\n"                            \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " "                     \
+               VERIFY_OPS_WGMMA_D_LIST "%32, %33, acc, 1, 1, 0, 0;\n}\n"                   \
+               : VERIFY_OPS_WGMMA_D_OPERANDS                                               \
+               : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)))
 
 // d (64 x 64 per warpgroup; per warp, 16 rows in mma.sync's C layout, 8 tiles
 // of 8 columns) = A B (+ d if accumulate). A is 64 x 16 in registers, in
@@ -64,12 +74,27 @@ __device__ inline void wgmma_m64n64k16(float (&d)[8][4], const uint32_t (&a)[4],
                                        uint64_t b_desc, bool accumulate) {
 #if VERIFY_OPS_HAS_WGMMA
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    VERIFY_OPS_WGMMA_M64N64K16("bf16.bf16");
+    VERIFY_OPS_WGMMA_M64N64K16_RS("bf16.bf16");
   else
-    VERIFY_OPS_WGMMA_M64N64K16("f16.f16");
+    VERIFY_OPS_WGMMA_M64N64K16_RS("f16.f16");
 #endif
 }
-#undef VERIFY_OPS_WGMMA_M64N64K16
+
+// The same with A (64 x 16, K-major) in shared memory at a_desc and B K-major.
+template <typename T>
+__device__ inline void wgmma_m64n64k16(float (&d)[8][4], uint64_t a_desc, uint64_t b_desc,
+                                       bool accumulate) {
+#if VERIFY_OPS_HAS_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    VERIFY_OPS_WGMMA_M64N64K16_SS("bf16.bf16");
+  else
+    VERIFY_OPS_WGMMA_M64N64K16_SS("f16.f16");
+#endif
+}
+#undef VERIFY_OPS_WGMMA_M64N64K16_RS
+#undef VERIFY_OPS_WGMMA_M64N64K16_SS
+#undef VERIFY_OPS_WGMMA_D_LIST
+#undef VERIFY_OPS_WGMMA_D_OPERANDS
 
 // Orders earlier register writes (A, accumulators) before the next wgmma.
 __device__ inline void wgmma_fence() {

@@ -43,12 +43,13 @@ def test_dtypes_layouts_strides(device, dtype, index_dtype, layout, strided_q):
     check(case, TOL[dtype])
 
 
-# 16, 32, 64 and 96 rows per KV head: the CUDA kernel's key-split-4, key-split-2,
-# warpgroup-MMA (head_dim 128 on sm_90a) and two-M-tile paths, in both 16-bit
-# dtypes, with a prefix long enough to split.
+# 16, 32, 64, 96 and 160 rows per KV head: the CUDA kernel's key-split-4,
+# key-split-2 and 64-row tiles, one 128-row tile (two warpgroups on sm_90a at
+# head_dim 64 and 128), and two 128-row tiles, the last with a warpgroup of
+# padding rows; in both 16-bit dtypes, with a prefix long enough to split.
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
-@pytest.mark.parametrize("num_drafts", [2, 4, 8, 12])
+@pytest.mark.parametrize("num_drafts", [2, 4, 8, 12, 20])
 def test_row_tilings(device, dtype, head_dim, num_drafts):
     case = make_case([0, 1, 2500], num_drafts, 16, 2, head_dim, dtype=dtype, device=device,
                      tree="random", seed=num_drafts * 100 + head_dim)
