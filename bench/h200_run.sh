@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device call: build for sm_90a, run the test suites, the sanitizers and the
-# benchmark; full logs go to $OUT, a short summary prints last.
+# One device call: build for sm_90a, run the test suites, the sanitizers, the
+# SASS hazard scan and the benchmark; full logs go to $OUT, a short summary
+# prints last.
 #   usage: bash bench/h200_run.sh [bench args...]      (needs $OUT; .whl carried for sglang)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -30,6 +31,7 @@ step build 400 env TORCH_CUDA_ARCH_LIST=9.0a VERIFY_OPS_PTXAS_VERBOSE=1 \
 step pytest "${PYTEST_TIMEOUT:-420}" python3 -m pytest ${PYTEST_PATHS:-tests compile_tests graph_tests} \
   -q -rs -p no:cacheprovider --continue-on-collection-errors
 step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
+step sass 120 python3 graph_tests/wgmma_sass_check.py
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   step bench "${BENCH_TIMEOUT:-1200}" python3 -m bench.bench_tree_attn --out "$OUT/bench.json" \
     --plot "$OUT/bench.png" "$@"
