@@ -429,15 +429,26 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     }
   };
 
-  // Scales and masks a tile's scores, folds them into the running max and sum,
-  // and turns them into probabilities in place. Masking is a separate pass,
-  // taken only by tiles that reach the drafts or the split's end, so the
-  // common path stays free of branches. O must then be rescaled by
-  // `rescale` if the reference max moved for some row of the warp.
+  // How the running max moved on a tile, and the factor O and the sum take.
   struct Fold {
     bool max_moved;
     float rescale[2];
   };
+  auto rescale_o = [&](const Fold& fold) {
+    if (!fold.max_moved) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < kDTiles; ++i) {
+        o[i][2 * h] *= fold.rescale[h];
+        o[i][2 * h + 1] *= fold.rescale[h];
+      }
+  };
+  // Scales and masks a tile's scores, folds them into the running max and sum,
+  // and turns them into probabilities in place. Masking is a separate pass,
+  // taken only by tiles that reach the drafts or the split's end, so the
+  // common path stays free of branches. With wgmma, O must then be rescaled
+  // (after a wait) if the reference max moved for a row of the warp.
   auto fold_scores = [&](float (&s)[kNTiles][4], int tile) {
 #pragma unroll
     for (int n = 0; n < kNTiles; ++n)
@@ -491,6 +502,12 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         row_sum[h] *= fold.rescale[h];
         row_max[h] = new_max;
       }
+      // Without wgmma no MMA writes O now: rescale it before the exponentials,
+      // where fewer registers are live (at head_dim 256 this halves spills).
+      if constexpr (!kWgmma) {
+        rescale_o(fold);
+        fold.max_moved = false;
+      }
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -507,16 +524,6 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       }
     }
     return fold;
-  };
-  auto rescale_o = [&](const Fold& fold) {
-    if (!fold.max_moved) return;
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int i = 0; i < kDTiles; ++i) {
-        o[i][2 * h] *= fold.rescale[h];
-        o[i][2 * h + 1] *= fold.rescale[h];
-      }
   };
   // P, the probabilities in the score accumulators, as MMA A fragments.
   auto pack_p = [&](const float (&s)[kNTiles][4], int kk, uint32_t (&pa)[4]) {
@@ -632,7 +639,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
             mma_16816<T>(s[2 * n2 + 1], a_reg, kb[2], kb[3]);
           }
         }
-        rescale_o(fold_scores(s, tile));
+        fold_scores(s, tile);
 #pragma unroll
         for (int kk = 0; kk < kNTiles / 2; ++kk) {
           uint32_t pa[4];
@@ -729,6 +736,28 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   }
 }
 
+// The (token, q head) row a merge warp or CTA owns, and how many splits hold
+// partials for it; returns once the attention grid's partials are visible.
+struct MergeRow {
+  int64_t token;
+  int head;
+  int active_splits;  // 1: the attention kernel wrote the row itself
+};
+
+template <int HEAD_DIM>
+__device__ inline MergeRow merge_row(const TreeAttnParams& p, int64_t q_row) {
+  MergeRow row;
+  row.token = q_row / p.num_q_heads;
+  row.head = static_cast<int>(q_row % p.num_q_heads);
+  const int b = static_cast<int>(row.token / p.num_drafts);
+  const int64_t prefix = load_index(p.seq_lens, p.lens_is_int64, b * p.lens_stride);
+  row.active_splits = plan_splits(prefix + p.num_drafts, p.num_splits, p.split_min_tokens,
+                                  TileConfig<HEAD_DIM>::kBlockN).active;
+  // Every CTA waits, so a merge grid never completes before the attention grid.
+  wait_for_primary_grid();
+  return row;
+}
+
 // Merges the normalized split outputs of one (token, q head) row with their
 // LSEs when there are at most 64 splits: one warp per row, lane l holds the
 // weights of splits l and l + 32, lanes own HEAD_DIM / 32 dims each. No shared
@@ -762,16 +791,10 @@ __global__ void __launch_bounds__(kFewSplitRowsPerCta * 32)
   const int lane = threadIdx.x % 32;
   const int64_t n_rows = static_cast<int64_t>(p.batch) * p.num_drafts * p.num_q_heads;
   const int64_t q_row = static_cast<int64_t>(blockIdx.x) * kFewSplitRowsPerCta + threadIdx.x / 32;
-  if (q_row >= n_rows) return;
-  const int64_t token = q_row / p.num_q_heads;
-  const int head = static_cast<int>(q_row % p.num_q_heads);
-  const int b = static_cast<int>(token / p.num_drafts);
-  const int64_t prefix = load_index(p.seq_lens, p.lens_is_int64, b * p.lens_stride);
-  const SplitPlan plan = plan_splits(prefix + p.num_drafts, p.num_splits,
-                                     p.split_min_tokens, TileConfig<HEAD_DIM>::kBlockN);
-  // Every CTA waits, so this grid never completes before the attention grid.
-  wait_for_primary_grid();
-  if (plan.active == 1) return;  // the attention kernel wrote this row itself
+  if (q_row >= n_rows) return;  // each CTA has a row, so each CTA still waits
+  const MergeRow row = merge_row<HEAD_DIM>(p, q_row);
+  const int active = row.active_splits;
+  if (active == 1) return;
 
   const float* lse = p.partial_lse + q_row * p.num_splits;
   const float* part = p.partial_out + q_row * p.num_splits * HEAD_DIM + lane * kPerLane;
@@ -779,7 +802,7 @@ __global__ void __launch_bounds__(kFewSplitRowsPerCta * 32)
   auto load_batch = [&](int s0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (s0 + u < plan.active) {
+      if (s0 + u < active) {
         load_floats(part + (s0 + u) * HEAD_DIM, x[u]);
       } else {
 #pragma unroll
@@ -791,7 +814,7 @@ __global__ void __launch_bounds__(kFewSplitRowsPerCta * 32)
   float weight[2], max_lse = -INFINITY;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    weight[i] = lane + 32 * i < plan.active ? lse[lane + 32 * i] : -INFINITY;
+    weight[i] = lane + 32 * i < active ? lse[lane + 32 * i] : -INFINITY;
     max_lse = fmaxf(max_lse, weight[i]);
   }
 #pragma unroll
@@ -809,7 +832,7 @@ __global__ void __launch_bounds__(kFewSplitRowsPerCta * 32)
     total_weight += __shfl_xor_sync(0xffffffff, total_weight, off);
 
   float acc[kPerLane] = {};
-  for (int s0 = 0; s0 < plan.active; s0 += kUnroll) {
+  for (int s0 = 0; s0 < active; s0 += kUnroll) {
     if (s0 > 0) load_batch(s0);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -821,8 +844,8 @@ __global__ void __launch_bounds__(kFewSplitRowsPerCta * 32)
     }
   }
   const float inv = total_weight > 0.f ? 1.f / total_weight : 0.f;
-  T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head +
-           lane * kPerLane;
+  T* dst = static_cast<T*>(p.out) + row.token * p.out_stride_token +
+           row.head * p.out_stride_head + lane * kPerLane;
 #pragma unroll
   for (int i = 0; i < kPerLane; i += 2)
     *reinterpret_cast<uint32_t*>(dst + i) = pack_pair<T>(acc[i] * inv, acc[i + 1] * inv);
@@ -861,15 +884,9 @@ __global__ void __launch_bounds__(kMergeThreads)
   const int64_t q_row = blockIdx.x;
   const int dim0 = blockIdx.y * kMergeDims;
   const int tid = threadIdx.x;
-  const int64_t token = q_row / p.num_q_heads;
-  const int head = static_cast<int>(q_row % p.num_q_heads);
-  const int b = static_cast<int>(token / p.num_drafts);
-  const int64_t prefix = load_index(p.seq_lens, p.lens_is_int64, b * p.lens_stride);
-  const SplitPlan plan = plan_splits(prefix + p.num_drafts, p.num_splits,
-                                     p.split_min_tokens, TileConfig<HEAD_DIM>::kBlockN);
-  // Every CTA waits, so this grid never completes before the attention grid.
-  wait_for_primary_grid();
-  if (plan.active == 1) return;  // the attention kernel wrote this row itself
+  const MergeRow row = merge_row<HEAD_DIM>(p, q_row);
+  const int active = row.active_splits;
+  if (active == 1) return;
 
   __shared__ float weight[kMaxSplits];
   __shared__ float scratch[kMergeThreads / 32];
@@ -881,7 +898,7 @@ __global__ void __launch_bounds__(kMergeThreads)
 #pragma unroll
   for (int i = 0; i < kLsePerThread; ++i) {
     const int s = tid + i * kMergeThreads;
-    my_lse[i] = s < plan.active ? lse[s] : -INFINITY;
+    my_lse[i] = s < active ? lse[s] : -INFINITY;
     max_lse = fmaxf(max_lse, my_lse[i]);
   }
   max_lse = block_reduce(max_lse, true, scratch);
@@ -891,7 +908,7 @@ __global__ void __launch_bounds__(kMergeThreads)
     const int s = tid + i * kMergeThreads;
     // All splits empty (a row that sees no key): every weight 0, output 0.
     const float w = max_lse == -INFINITY ? 0.f : fast_exp2(my_lse[i] - max_lse);
-    if (s < plan.active) weight[s] = w;
+    if (s < active) weight[s] = w;
     my_weight += w;
   }
   const float total_weight = block_reduce(my_weight, false, scratch);  // also syncs weight[]
@@ -899,13 +916,13 @@ __global__ void __launch_bounds__(kMergeThreads)
   const int chunk = tid % kMergeChunks, lane_split = tid / kMergeChunks;
   const float* part = p.partial_out + q_row * p.num_splits * HEAD_DIM + dim0 + chunk * 4;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = lane_split; s0 < plan.active; s0 += kSplitLanes * kMergeUnroll) {
+  for (int s0 = lane_split; s0 < active; s0 += kSplitLanes * kMergeUnroll) {
     float4 x[kMergeUnroll];
     float w[kMergeUnroll];
 #pragma unroll
     for (int u = 0; u < kMergeUnroll; ++u) {
       const int s = s0 + u * kSplitLanes;
-      const bool in = s < plan.active;
+      const bool in = s < active;
       w[u] = in ? weight[s] : 0.f;
       x[u] = in ? *reinterpret_cast<const float4*>(part + static_cast<int64_t>(s) * HEAD_DIM)
                 : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -925,7 +942,7 @@ __global__ void __launch_bounds__(kMergeThreads)
 #pragma unroll 8
   for (int l = 0; l < kSplitLanes; ++l) sum += lane_acc[l * kMergeDims + tid];
   const float inv = total_weight > 0.f ? 1.f / total_weight : 0.f;
-  T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head;
+  T* dst = static_cast<T*>(p.out) + row.token * p.out_stride_token + row.head * p.out_stride_head;
   dst[dim0 + tid] = Vec2<T>::one(sum * inv);
 }
 
