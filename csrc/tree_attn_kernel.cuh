@@ -597,7 +597,9 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       }
       pin_registers(s);
       const Fold fold = fold_scores(s, tile);
-      wgmma_wait<0>();  // the last tile's P V: O may be rescaled, its stage refilled
+      // The last tile's P V: O may be rescaled, its stage refilled. ptxas 13.0
+      // moves this wait above the softmax, so the two do not overlap here.
+      wgmma_wait<0>();
       pin_registers(o);
       refill(tile);
       rescale_o(fold);
