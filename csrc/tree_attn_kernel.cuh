@@ -382,7 +382,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   if constexpr (Cfg::kQInRegisters) {
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) ldmatrix_x4(q_frag[ks], q_frag_addr(ks));
-    __syncthreads();  // the first loop step refills the stage that held Q
+    __syncthreads();  // a loop step soon refills the stage that held Q
   }
 
   // One cp.async group: KV tile `tile + kPrefetch`, and slots further ahead.
@@ -497,7 +497,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float new_max = fmaxf(row_max[h], tile_max[h]);
-        // A row that has seen nothing yet keeps max -inf, and a zero scale.
+        // A row that has seen only -inf keeps max -inf, with O and sum at zero.
         fold.rescale[h] = new_max == -INFINITY ? 1.f : fast_exp2(row_max[h] - new_max);
         row_sum[h] *= fold.rescale[h];
         row_max[h] = new_max;
