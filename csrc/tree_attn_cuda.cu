@@ -45,6 +45,12 @@ bool supports_dependent_launch(int device) {
   return device_attribute<cudaDevAttrComputeCapabilityMajor>(device) >= 9;
 }
 
+template <int HEAD_DIM, int KEY_SPLIT, int WARPS = 4>
+bool fits_in_shared_memory(int device) {
+  return TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kSmemBytes <=
+         device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device);
+}
+
 // Attention CTAs that one SM holds at once (registers and shared memory).
 template <typename T, int HEAD_DIM, int KEY_SPLIT, int WARPS>
 int resident_ctas_per_sm(int device) {
@@ -152,10 +158,15 @@ void launch_for_rows(TreeAttnParams& params, const at::Tensor& q, int64_t max_co
   }
   if (params.rows_per_kv_head <= 32)
     return launch<T, HEAD_DIM, 2>(params, q, max_context, stream);
-  if constexpr (TileConfig<HEAD_DIM>::kWarpgroupMma) {
-    if (params.rows_per_kv_head > 64)
+  const int device = q.get_device();
+  if constexpr (HEAD_DIM <= 128) {  // at 256, Q and six stages exceed shared memory
+    if (params.rows_per_kv_head > 64 && fits_in_shared_memory<HEAD_DIM, 1, 8>(device))
       return launch<T, HEAD_DIM, 1, 8>(params, q, max_context, stream);
   }
+  // Devices with less shared memory than sm_90 (e.g. sm_120's 99 KB) run
+  // the smaller key-split kernel instead.
+  if (!fits_in_shared_memory<HEAD_DIM, 1>(device))
+    return launch<T, HEAD_DIM, 2>(params, q, max_context, stream);
   return launch<T, HEAD_DIM, 1>(params, q, max_context, stream);
 }
 

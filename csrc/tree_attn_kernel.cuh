@@ -25,7 +25,7 @@ struct TileConfig {
   // each KV tile once for twice the rows, which halves the L2-to-SM traffic
   // of many-row cases, and their MMAs overlap their softmax (see the kernel).
   static constexpr int kWarps = WARPS;
-  static_assert(WARPS == 4 || (WARPS == 8 && KEY_SPLIT == 1), "bad WARPS");
+  static_assert(WARPS == 4 || (WARPS == 8 && KEY_SPLIT == 1 && HEAD_DIM <= 128), "bad WARPS");
   static constexpr int kThreads = kWarps * 32;
   // With few query rows per KV head, warps that would hold only padding rows
   // take a share of each KV tile instead: KEY_SPLIT warps cover one 16-row
@@ -38,13 +38,16 @@ struct TileConfig {
   // Two four-warp CTAs share an SM; an eight-warp CTA has it alone and keeps
   // as many KV bytes in flight through more stages.
   static constexpr int kCtasPerSm = WARPS == 4 ? 2 : 1;
-  static constexpr int kStages = HEAD_DIM <= 128 ? (WARPS == 4 ? 3 : 6) : 2;
+  // One warpgroup MMA covers 64 rows of a CTA whose warps do not split keys.
+  static constexpr bool kWarpgroupMma = KEY_SPLIT == 1;
+  // At head_dim 256 the wgmma kernel (one CTA per SM, Q in shared memory)
+  // keeps three 32-token tiles in flight; the key-split mma.sync kernels have
+  // two stages, so that two CTAs share an SM.
+  static constexpr int kStages =
+      HEAD_DIM <= 128 ? (WARPS == 4 ? 3 : 6) : (kWarpgroupMma ? 4 : 2);
   static constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
   static constexpr int kRowsPerPass = kThreads / kChunks;
   static constexpr int kLoadRows = kBlockN / kRowsPerPass;  // rows per thread
-  // One warpgroup MMA covers 64 rows of a CTA whose warps do not split keys.
-  // Not at head_dim 256, where O alone takes half the registers.
-  static constexpr bool kWarpgroupMma = KEY_SPLIT == 1 && HEAD_DIM <= 128;
   // Where Q's MMA fragments stay in registers for the whole loop. Not at head_dim
   // 256, beside its accumulators; not for wgmma at 64, where ptxas (CUDA 13.0)
   // reused those registers inside the loop (SASS; wrong results on the H200):
@@ -405,7 +408,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         if constexpr (Cfg::kQInRegisters)
           wgmma_m64n64k16<T, false>(s, q_frag[ks], k_desc, ks > 0);
         else
-          wgmma_m64n64k16<T>(s, sw128_descriptor(q_smem + q_offset(warp / 4 * 64, 2 * ks)),
+          wgmma_m64k16_ss<T>(s, sw128_descriptor(q_smem + q_offset(warp / 4 * 64, 2 * ks)),
                              k_desc, ks > 0);
       }
       wgmma_commit();
@@ -853,7 +856,7 @@ __global__ void __launch_bounds__(kFewSplitRowsPerCta * 32)
     *reinterpret_cast<uint32_t*>(dst + i) = pack_pair<T>(acc[i] * inv, acc[i + 1] * inv);
 }
 
-// The same for more than 32 splits. CTA (row, chunk) owns kMergeDims dims of
+// The same for more than kFewSplits splits. CTA (row, chunk) owns kMergeDims dims of
 // the row; its threads read all splits at once (kSplitLanes splits side by
 // side, kMergeUnroll deep), so the partials, which sit in L2, stream at the
 // memory's rate rather than its latency.

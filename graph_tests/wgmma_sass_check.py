@@ -54,11 +54,12 @@ def hazards(code):
             keep = int(wait.group(1))
             groups = groups[len(groups) - keep:] if keep else []
             continue
-        mma = re.match(r"HGMMA\S* R(\d+), (?:R(\d+), )?", ins)
+        mma = re.match(r"HGMMA\.64x(\d+)\S* R(\d+), (?:R(\d+), )?", ins)
         if mma:
-            current |= {int(mma.group(1)) + i for i in range(32)}
-            if mma.group(2):
-                current |= {int(mma.group(2)) + i for i in range(4)}
+            # 64 x N fp32 accumulators over 128 threads: N / 2 registers each.
+            current |= {int(mma.group(2)) + i for i in range(int(mma.group(1)) // 2)}
+            if mma.group(3):
+                current |= {int(mma.group(3)) + i for i in range(4)}
             if "gsb0" in ins:
                 groups.append(current)
                 current = set()

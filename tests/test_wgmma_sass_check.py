@@ -32,6 +32,13 @@ def test_accumulator_write_in_flight_is_found():
     assert len(_hazards(*ISSUE, "FMUL.FTZ R40, R1, R2", "WARPGROUP.DEPBAR.LE gsb0, 0x0")) == 1
 
 
+def test_accumulator_count_follows_the_shape():
+    narrow = ("WARPGROUP.ARRIVE", "HGMMA.64x32x16.F32.BF16 R24, gdesc[UR4], R24, gsb0")
+    # 64 x 32 fp32 over 128 threads: R24..R39 in flight, R40 free.
+    assert _hazards(*narrow, "FMUL.FTZ R40, R1, R2") == []
+    assert len(_hazards(*narrow, "FMUL.FTZ R39, R1, R2")) == 1
+
+
 def test_a_register_write_in_flight_is_found():
     assert len(_hazards(*ISSUE, "F2FP.BF16.F32.PACK_AB R154, R1, R0")) == 1
 
