@@ -192,6 +192,14 @@ __device__ inline uint32_t swizzled_rows(int row, int chunk) {
   return static_cast<uint32_t>(row * HEAD_DIM * 2 + ((chunk ^ (row & 7)) << 4));
 }
 
+// A read-only byte load that ptxas may not hoist out of its branch: the
+// masked pass would otherwise run, loads and all, on every tile.
+__device__ inline unsigned char load_mask_byte(const unsigned char* addr) {
+  unsigned short v;
+  asm volatile("ld.global.nc.u8 %0, [%1];" : "=h"(v) : "l"(addr));
+  return static_cast<unsigned char>(v);
+}
+
 // 2^x in one MUFU op; exp2f adds a denormal-range fixup around it, and
 // softmax weights below 2^-126 of the row maximum are zero either way.
 __device__ inline float fast_exp2(float x) {
@@ -370,7 +378,8 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     row_draft[h] = row_valid[h] ? row / p.group : 0;
   }
   const bool warp_active = row0 + row_warp * 16 < p.rows_per_kv_head;
-  const bool* mask_base = p.tree_mask + b * p.mask_stride_batch;
+  const unsigned char* mask_base =
+      reinterpret_cast<const unsigned char*>(p.tree_mask) + b * p.mask_stride_batch;
 
   float o[kDTiles][4];
 #pragma unroll
@@ -465,15 +474,25 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       const int draft_begin = static_cast<int>(min(prefix - tile_pos, static_cast<int64_t>(kBlockN)));
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const bool* mask_row = mask_base + row_draft[h] * p.mask_stride_row;
+        const unsigned char* mask_row = mask_base + row_draft[h] * p.mask_stride_row;
+        // Every mask byte is loaded before any is used (draft index clamped,
+        // so always in bounds): one memory latency per row, not one per score.
+        unsigned char draft_visible[kNTiles][2];
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int draft =
+                min(max(key0 + n * 8 + 2 * t4 + e - draft_begin, 0), p.num_drafts - 1);
+            draft_visible[n][e] = load_mask_byte(mask_row + draft * p.mask_stride_col);
+          }
 #pragma unroll
         for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int key = key0 + n * 8 + 2 * t4 + e;
-            bool visible = key < keys_left;
-            if (visible && key >= draft_begin)
-              visible = row_valid[h] && mask_row[(key - draft_begin) * p.mask_stride_col];
+            const bool visible =
+                key < keys_left && (key < draft_begin || (row_valid[h] && draft_visible[n][e]));
             if (!visible) s[n][2 * h + e] = -INFINITY;
           }
         }
