@@ -65,17 +65,19 @@ int resident_ctas_per_sm(int device) {
   });
 }
 
-// Launches a merge kernel so that, where the device allows, it starts while
-// the attention kernel before it drains (the kernel waits for that grid).
+// Launches a kernel so that, where the device allows, it starts while the
+// kernel before it in the stream drains (each kernel of the op waits for that
+// grid before it touches global memory).
 template <typename... Args>
-void launch_after_attention(void (*kernel)(Args...), dim3 grid, int threads,
-                            cudaStream_t stream, int device, const TreeAttnParams& params) {
+void launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, int smem_bytes,
+                      cudaStream_t stream, int device, const TreeAttnParams& params) {
   cudaLaunchAttribute overlap{};
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
   config.attrs = &overlap;
   config.numAttrs = supports_dependent_launch(device) ? 1 : 0;
@@ -132,17 +134,15 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
 
   const dim3 grid(params.num_m_tiles * params.num_splits,
                   params.batch * params.num_kv_heads);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_dependent(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, device, params);
 
   if (params.num_splits > kFewSplits) {
-    launch_after_attention(merge_splits_kernel<T, HEAD_DIM>,
-                           dim3(n_rows, HEAD_DIM / kMergeDims), kMergeThreads, stream, device,
-                           params);
+    launch_dependent(merge_splits_kernel<T, HEAD_DIM>, dim3(n_rows, HEAD_DIM / kMergeDims),
+                     kMergeThreads, 0, stream, device, params);
   } else if (params.num_splits > 1) {
-    launch_after_attention(merge_few_splits_kernel<T, HEAD_DIM>,
-                           dim3(ceil_div64(n_rows, kFewSplitRowsPerCta)),
-                           kFewSplitRowsPerCta * 32, stream, device, params);
+    launch_dependent(merge_few_splits_kernel<T, HEAD_DIM>,
+                     dim3(ceil_div64(n_rows, kFewSplitRowsPerCta)), kFewSplitRowsPerCta * 32, 0,
+                     stream, device, params);
   }
 }
 

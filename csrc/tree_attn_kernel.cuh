@@ -208,8 +208,10 @@ __device__ inline float fast_exp2(float x) {
   return y;
 }
 
-// Programmatic dependent launch (sm_90+): the merge kernel may start while the
-// attention kernel drains, and waits here before it reads the partials.
+// Programmatic dependent launch (sm_90+): each kernel of the op may start
+// while the kernel before it in the stream drains (a merge behind its
+// attention grid, the next layer's attention behind this layer's merge), and
+// waits here, before it touches global memory, until that grid is done.
 __device__ inline void allow_dependent_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -242,7 +244,10 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // The warpgroup MMA needs all four warps, padding rows or not.
   constexpr bool kWgmma = VERIFY_OPS_HAS_WGMMA && Cfg::kWarpgroupMma;
   extern __shared__ __align__(128) unsigned char smem[];
-  allow_dependent_launch();  // the merge kernel's CTAs queue behind this grid
+  // Wait, then let the merge kernel's CTAs queue behind this grid: once they
+  // launch, the op's inputs are final, so they may read seq_lens early.
+  wait_for_primary_grid();
+  allow_dependent_launch();
 
   const int m_tile = blockIdx.x % p.num_m_tiles;
   const int split = blockIdx.x / p.num_m_tiles;
@@ -770,6 +775,7 @@ struct MergeRow {
 
 template <int HEAD_DIM>
 __device__ inline MergeRow merge_row(const TreeAttnParams& p, int64_t q_row) {
+  allow_dependent_launch();  // what the stream runs next may queue behind this grid
   MergeRow row;
   row.token = q_row / p.num_q_heads;
   row.head = static_cast<int>(q_row % p.num_q_heads);
