@@ -39,7 +39,9 @@ class Shape:
         return max(8, min(64, -(-4 * L2_BYTES // self.kv_bytes)))
 
     def label(self) -> str:
-        return (f"bs{self.batch} L{self.seq_len // 1024}k D{self.num_drafts} "
+        context = (f"{self.seq_len // 1024}k" if self.seq_len % 1024 == 0 and self.seq_len
+                   else str(self.seq_len))
+        return (f"bs{self.batch} L{context} D{self.num_drafts} "
                 f"{self.num_q_heads}/{self.num_kv_heads}/{self.head_dim} {self.layout[:4]}")
 
 
