@@ -530,7 +530,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         row_max[h] = new_max;
       }
       // Without wgmma no MMA writes O now: rescale it before the exponentials,
-      // where fewer registers are live (at head_dim 256 this halves spills).
+      // where fewer registers are live.
       if constexpr (!kWgmma) {
         rescale_o(fold);
         fold.max_moved = false;
