@@ -51,16 +51,21 @@ bool fits_in_shared_memory(int device) {
          device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device);
 }
 
-// Attention CTAs that one SM holds at once (registers and shared memory).
+// Opts the attention kernel into its dynamic shared memory and returns how
+// many of its CTAs one SM holds at once (registers and shared memory): once
+// per device, on the current one.
 template <typename T, int HEAD_DIM, int KEY_SPLIT, int WARPS>
-int resident_ctas_per_sm(int device) {
+int prepare_attention_kernel(int device) {
   using Cfg = TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>;
   static std::mutex mu;
   static std::vector<int> table;
   return cached_per_device(table, mu, device, [&] {
+    auto* kernel = tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS>;
+    C10_CUDA_CHECK(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     int ctas = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &ctas, tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS>, Cfg::kThreads, Cfg::kSmemBytes));
+        &ctas, kernel, Cfg::kThreads, Cfg::kSmemBytes));
     return std::max(ctas, 1);
   });
 }
@@ -111,13 +116,10 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
   params.split_min_tokens = 2 * Cfg::kBlockN;
   const int64_t ctas = static_cast<int64_t>(params.batch) * params.num_kv_heads *
                        params.num_m_tiles;
-  auto* kernel = tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS>;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const int device = q.get_device();
   const int64_t resident_ctas =
       static_cast<int64_t>(device_attribute<cudaDevAttrMultiProcessorCount>(device)) *
-      resident_ctas_per_sm<T, HEAD_DIM, KEY_SPLIT, WARPS>(device);
+      prepare_attention_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS>(device);
   params.num_splits =
       choose_num_splits(ctas, resident_ctas, max_context, params.split_min_tokens);
 
@@ -134,7 +136,8 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
 
   const dim3 grid(params.num_m_tiles * params.num_splits,
                   params.batch * params.num_kv_heads);
-  launch_dependent(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, device, params);
+  launch_dependent(tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS>, grid, Cfg::kThreads,
+                   Cfg::kSmemBytes, stream, device, params);
 
   if (params.num_splits > kFewSplits) {
     launch_dependent(merge_splits_kernel<T, HEAD_DIM>, dim3(n_rows, HEAD_DIM / kMergeDims),
