@@ -162,10 +162,8 @@ void launch_for_rows(TreeAttnParams& params, const at::Tensor& q, int64_t max_co
   if (params.rows_per_kv_head <= 32)
     return launch<T, HEAD_DIM, 2>(params, q, max_context, stream);
   const int device = q.get_device();
-  if constexpr (HEAD_DIM <= 128) {  // at 256, Q and six stages exceed shared memory
-    if (params.rows_per_kv_head > 64 && fits_in_shared_memory<HEAD_DIM, 1, 8>(device))
-      return launch<T, HEAD_DIM, 1, 8>(params, q, max_context, stream);
-  }
+  if (params.rows_per_kv_head > 64 && fits_in_shared_memory<HEAD_DIM, 1, 8>(device))
+    return launch<T, HEAD_DIM, 1, 8>(params, q, max_context, stream);
   // Devices with less shared memory than sm_90 (e.g. sm_120's 99 KB) run
   // the smaller key-split kernel instead.
   if (!fits_in_shared_memory<HEAD_DIM, 1>(device))

@@ -25,7 +25,7 @@ struct TileConfig {
   // each KV tile once for twice the rows, which halves the L2-to-SM traffic
   // of many-row cases, and their MMAs overlap their softmax (see the kernel).
   static constexpr int kWarps = WARPS;
-  static_assert(WARPS == 4 || (WARPS == 8 && KEY_SPLIT == 1 && HEAD_DIM <= 128), "bad WARPS");
+  static_assert(WARPS == 4 || (WARPS == 8 && KEY_SPLIT == 1), "bad WARPS");
   static constexpr int kThreads = kWarps * 32;
   // With few query rows per KV head, warps that would hold only padding rows
   // take a share of each KV tile instead: KEY_SPLIT warps cover one 16-row
@@ -40,9 +40,10 @@ struct TileConfig {
   static constexpr int kCtasPerSm = WARPS == 4 ? 2 : 1;
   // One warpgroup MMA covers 64 rows of a CTA whose warps do not split keys.
   static constexpr bool kWarpgroupMma = KEY_SPLIT == 1;
-  // At head_dim 256 the wgmma kernel (one CTA per SM, Q in shared memory)
-  // keeps three 32-token tiles in flight; the key-split mma.sync kernels have
-  // two stages, so that two CTAs share an SM.
+  // At head_dim 256 the wgmma kernels (one CTA per SM, Q in shared memory)
+  // keep three 32-token tiles in flight with one warpgroup, two with two
+  // (see kPrefetch); the key-split mma.sync kernels have two stages, so that
+  // two CTAs share an SM.
   static constexpr int kStages =
       HEAD_DIM <= 128 ? (WARPS == 4 ? 3 : 6) : (kWarpgroupMma ? 4 : 2);
   static constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
@@ -312,11 +313,14 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // Pipeline: KV tiles run kPrefetch tiles ahead of the one consumed. The
   // group committed at step t holds KV tile t + kPrefetch and the slots of tile
   // t + kPrefetch + kStages, so slot indices are in shared memory well before
-  // the KV copies that need them are issued. Two warpgroups that compute the
-  // next tile's scores during this one's softmax (kScoresAhead) hold one more
-  // tile, and refill only the stage both left a step earlier.
-  constexpr bool kScoresAhead = kWgmma && Cfg::kWarps == 8;
-  constexpr int kPrefetch = kScoresAhead ? Cfg::kStages - 2 : Cfg::kStages - 1;
+  // the KV copies that need them are issued. Two warpgroups refill only the
+  // stage both left a step earlier: one warpgroup may still run its P V on the
+  // stage the other has just finished. At head_dim <= 128 they also compute
+  // the next tile's scores during this one's softmax (kScoresAhead); at 256
+  // that costs spills (NOTES, v7).
+  constexpr bool kTwoWarpgroups = kWgmma && Cfg::kWarps == 8;
+  constexpr bool kScoresAhead = kTwoWarpgroups && HEAD_DIM <= 128;
+  constexpr int kPrefetch = kTwoWarpgroups ? Cfg::kStages - 2 : Cfg::kStages - 1;
   const int num_tiles = static_cast<int>(ceil_div64(kv_end - kv_begin, kBlockN));
   int64_t* slot_ring =
       reinterpret_cast<int64_t*>(smem_aligned + Cfg::kQSmemElems * 2 + Cfg::kKVBytes);
@@ -608,10 +612,10 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     wgmma_wait<0>();
     pin_registers(o);
   } else if constexpr (kWgmma) {
-    // One warpgroup: P V of the last tile is issued with this tile's scores.
+    // P V of the last tile is issued with this tile's scores.
     PFrag p_frag;
     for (int tile = 0; tile < num_tiles; ++tile) {
-      cp_async_wait<Cfg::kStages - 2>();
+      cp_async_wait<kPrefetch - 1>();  // tile has landed
       fence_shared_for_wgmma();
       __syncthreads();
       float s[kNTiles][4];
@@ -624,11 +628,11 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       }
       pin_registers(s);
       const Fold fold = fold_scores(s, tile);
-      // The last tile's P V: O may be rescaled, its stage refilled. ptxas 13.0
+      // The last tile's P V: O may be rescaled, a stage refilled. ptxas 13.0
       // moves this wait above the softmax, so the two do not overlap here.
       wgmma_wait<0>();
       pin_registers(o);
-      refill(tile);
+      refill(tile);  // into the stage of tile - 1, or tile - 2 with two warpgroups
       rescale_o(fold);
 #pragma unroll
       for (int kk = 0; kk < kNTiles / 2; ++kk) pack_p(s, kk, p_frag[kk]);

@@ -23,7 +23,7 @@ CASES = [
     ([40_000, 0, 3], 16, 12, 2, 128),  # 96 rows: one 128-row tile; wgmma
     ([9_000, 2], 8, 16, 2, 64),        # 64 rows: wgmma, Q from shared memory
     ([3_000, 5], 20, 16, 2, 64),       # 160 rows: two 128-row tiles at head_dim 64
-    ([7_000, 1], 12, 16, 2, 256),      # 96 rows: two 64-row wgmma tiles at head_dim 256
+    ([7_000, 1], 12, 16, 2, 256),      # 96 rows: one 128-row tile at head_dim 256
     ([20_000, 1], 8, 8, 2, 128),       # 32 rows: key split 2; > 64 splits
     ([5_000, 0], 8, 4, 4, 64),         # 8 rows: key split 4; <= 64 splits
 ]

@@ -45,9 +45,8 @@ def test_dtypes_layouts_strides(device, dtype, index_dtype, layout, strided_q):
 
 # 16, 32, 64, 96 and 160 rows per KV head: the CUDA kernel's key-split-4,
 # key-split-2 and 64-row tiles (one warpgroup of wgmma on sm_90a), one 128-row
-# tile (two warpgroups at head_dim 64 and 128, two 64-row tiles at 256), and
-# two 128-row tiles, the last with a warpgroup of padding rows; in both 16-bit
-# dtypes, with a prefix long enough to split.
+# tile (two warpgroups), and two 128-row tiles, the last with a warpgroup of
+# padding rows; in both 16-bit dtypes, with a prefix long enough to split.
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("num_drafts", [2, 4, 8, 12, 20])
