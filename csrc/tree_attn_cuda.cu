@@ -213,7 +213,18 @@ void run_tree_attn_cuda(const TreeAttnShape& s, const at::Tensor& q_arg,
               v_cache.strides());
 
   // Unaligned q or out views go through an aligned copy (still capture-safe).
-  const at::Tensor q = aligned_16(q_arg) ? q_arg : q_arg.contiguous();
+  at::Tensor q = aligned_16(q_arg) ? q_arg : q_arg.contiguous();
+  // The kernels need a positive scale (they scale each tile's max, not each
+  // score, before the max is taken). The scores of a negative scale are those
+  // of -q with its magnitude; a zero scale makes every score zero.
+  double scale = sm_scale;
+  if (sm_scale < 0) {
+    q = -q;
+    scale = -sm_scale;
+  } else if (sm_scale == 0) {
+    q = at::zeros_like(q, at::MemoryFormat::Contiguous);
+    scale = 1;
+  }
   const bool out_aligned = aligned_16(out_arg);
   const at::Tensor out = out_aligned ? out_arg : at::empty(q_arg.sizes(), q_arg.options());
 
@@ -250,7 +261,7 @@ void run_tree_attn_cuda(const TreeAttnShape& s, const at::Tensor& q_arg,
   params.num_kv_heads = static_cast<int>(s.num_kv_heads);
   params.group = static_cast<int>(s.num_q_heads / s.num_kv_heads);
   params.rows_per_kv_head = params.num_drafts * params.group;
-  params.scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);
+  params.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
   if (q.scalar_type() == at::kBFloat16)

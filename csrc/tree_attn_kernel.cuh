@@ -465,16 +465,14 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         o[i][2 * h + 1] *= fold.rescale[h];
       }
   };
-  // Scales and masks a tile's scores, folds them into the running max and sum,
-  // and turns them into probabilities in place. Masking is a separate pass,
-  // taken only by tiles that reach the drafts or the split's end, so the
+  // Masks a tile's raw scores, folds them (scaled) into the running max and
+  // sum, and turns them into probabilities in place. Masking is a separate
+  // pass, taken only by tiles that reach the drafts or the split's end, so the
   // common path stays free of branches. With wgmma, O must then be rescaled
-  // (after a wait) if the reference max moved for a row of the warp.
+  // (after a wait) if the reference max moved for a row of the warp. The
+  // scale is positive (the host sees to it), so it applies to the tile max
+  // and inside each exponent's FFMA, not as a multiply per score.
   auto fold_scores = [&](float (&s)[kNTiles][4], int tile) {
-#pragma unroll
-    for (int n = 0; n < kNTiles; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) s[n][i] *= p.scale_log2;
     const int64_t tile_pos = kv_begin + static_cast<int64_t>(tile) * kBlockN;
     if (tile_pos + kBlockN > prefix || tile_pos + kBlockN > kv_end) {
       // Tile-relative bounds: keys at or past keys_left do not exist, and key
@@ -519,7 +517,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       float m = -INFINITY;
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n) m = fmaxf(m, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-      tile_max[h] = quad_max(m);
+      tile_max[h] = quad_max(m) * p.scale_log2;
       row_moves[h] = tile_max[h] > row_max[h] + kMaxGrowthLog2;  // -inf + 8 is -inf
     }
     Fold fold;
@@ -544,15 +542,18 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     for (int h = 0; h < 2; ++h) {
       // Where row_max is still -inf so is every score: use 0 so exp2 stays finite.
       const float ref = row_max[h] == -INFINITY ? 0.f : row_max[h];
+      // Two partial sums halve the chain of dependent adds.
+      float sum[2] = {0.f, 0.f};
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float pr = fast_exp2(s[n][2 * h + e] - ref);
+          const float pr = fast_exp2(s[n][2 * h + e] * p.scale_log2 - ref);
           s[n][2 * h + e] = pr;
-          row_sum[h] += pr;
+          sum[e] += pr;
         }
       }
+      row_sum[h] += sum[0] + sum[1];
     }
     return fold;
   };

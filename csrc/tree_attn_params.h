@@ -38,7 +38,7 @@ struct TreeAttnParams {
   int num_m_tiles;
   int num_splits;        // grid size along the KV sequence (shape-derived)
   int split_min_tokens;  // a split never covers fewer tokens than this
-  float scale_log2;      // sm_scale * log2(e)
+  float scale_log2;      // sm_scale * log2(e), made positive by the host
 };
 
 }  // namespace verify_ops

@@ -99,6 +99,15 @@ def test_strided_out(device):
     assert torch.isnan(wide[:, :2].float()).all() and torch.isnan(wide[:, 6:].float()).all()
 
 
+@pytest.mark.parametrize("sm_scale", [0.7, -0.05, 0.0])
+def test_any_softmax_scale(device, sm_scale):
+    """The CUDA kernels scale each tile's max rather than each score, so a
+    negative or zero scale takes another route there."""
+    case = make_case([0, 1, 700], 6, 8, 2, 128, device=device, tree="random", seed=21)
+    case.sm_scale = sm_scale
+    check(case, TOL[torch.bfloat16])
+
+
 def test_empty_batch(device):
     case = make_case([], 4, 4, 2, 64, device=device)
     assert verify_ops.tree_attn(*case.args()).shape == (0, 4, 64)
