@@ -418,16 +418,18 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // row. Issued and committed, not waited for.
   auto issue_qk = [&](float (&s)[kNTiles][4], int stage) {
     if constexpr (Cfg::kWarpgroupMma) {
-      const uint32_t k_stage = k_stage_of(stage);
+      // Offsets within a tile are compile-time constants past its descriptor.
+      const uint64_t k_tile_desc = sw128_descriptor(k_stage_of(stage));
+      const uint64_t q_tile_desc = sw128_descriptor(q_smem + q_offset(warp / 4 * 64, 0));
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ++ks) {
-        const uint64_t k_desc = sw128_descriptor(k_stage + tile_offset(0, 2 * ks));
+        const uint64_t k_desc = advance_descriptor(k_tile_desc, tile_offset(0, 2 * ks));
         if constexpr (Cfg::kQInRegisters)
           wgmma_m64n64k16<T, false>(s, q_frag[ks], k_desc, ks > 0);
         else
-          wgmma_m64k16_ss<T>(s, sw128_descriptor(q_smem + q_offset(warp / 4 * 64, 2 * ks)),
-                             k_desc, ks > 0);
+          wgmma_m64k16_ss<T>(s, advance_descriptor(q_tile_desc, q_offset(0, 2 * ks)), k_desc,
+                             ks > 0);
       }
       wgmma_commit();
     }
@@ -437,7 +439,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   using PFrag = uint32_t[Cfg::kWarpgroupMma ? kNTiles / 2 : 1][4];
   auto issue_pv = [&](int stage, const PFrag& p_frag) {
     if constexpr (Cfg::kWarpgroupMma) {
-      const uint32_t v_stage = v_stage_of(stage);
+      const uint64_t v_tile_desc = sw128_descriptor(v_stage_of(stage));
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kNTiles / 2; ++kk)
@@ -445,7 +447,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         for (int slab = 0; slab < HEAD_DIM / 64; ++slab)  // V is MN-major B
           wgmma_m64n64k16<T, true>(
               reinterpret_cast<float(&)[8][4]>(o[8 * slab]), p_frag[kk],
-              sw128_descriptor(v_stage + tile_offset(kk * 16, 8 * slab)), true);
+              advance_descriptor(v_tile_desc, tile_offset(kk * 16, 8 * slab)), true);
       wgmma_commit();
     }
   };

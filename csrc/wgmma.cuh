@@ -38,6 +38,15 @@ __device__ inline uint64_t sw128_descriptor(uint32_t addr) {
          kSwizzle128B << 62;
 }
 
+// The descriptor of an operand `offset` bytes past the one `desc` describes.
+// The start-address field (address / 16, bits 0-13) cannot overflow in shared
+// memory (< 256 KB), so adding to the low word is enough: one uniform add per
+// wgmma where a descriptor built from scratch takes five.
+__device__ inline uint64_t advance_descriptor(uint64_t desc, uint32_t offset) {
+  const uint32_t low = static_cast<uint32_t>(desc) + (offset >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | low;
+}
+
 // The accumulator operands of an m64n64k16 (32) or m64n32k16 (16) wgmma,
 // %0..%31 or %0..%15.
 #define VERIFY_OPS_WGMMA_D16_OPERANDS                                                        \
