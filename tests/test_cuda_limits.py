@@ -51,3 +51,14 @@ def test_hundreds_of_splits():
     out = torch.full_like(case.q, float("nan"))
     verify_ops.tree_attn_out(*case.args(), out)
     assert relative_error(out, tree_attn_ref(*case.args())) < TOL
+
+
+@pytest.mark.parametrize("lens", [[20_000, 5, 7, 9], [40_000]])
+def test_both_merges(lens):
+    """32 rows on two KV heads: on a 132-SM H200, 33 splits for four requests
+    (the warp-per-row merge, each lane's second weight in use) and 132 for one
+    (the split-parallel merge)."""
+    case = make_case(lens, 8, 8, 2, 128, device="cuda", tree="random", seed=len(lens))
+    out = torch.full_like(case.q, float("nan"))
+    verify_ops.tree_attn_out(*case.args(), out)
+    assert relative_error(out, tree_attn_ref(*case.args())) < TOL
