@@ -2,7 +2,8 @@
 # One device call: build for sm_90a, run the test suites, the sanitizers, the
 # SASS hazard scan and the benchmark; full logs go to $OUT, a short summary
 # prints last.
-#   usage: bash bench/h200_run.sh [bench args...]      (needs $OUT; .whl carried for sglang)
+#   usage: bash bench/h200_run.sh [bench args...]
+#   (needs $OUT; for SGLang, .whl/ from bench/device_wheels.sh carried along)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/verify_ops_out}
