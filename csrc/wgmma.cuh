@@ -40,8 +40,8 @@ __device__ inline uint64_t sw128_descriptor(uint32_t addr) {
 
 // The descriptor of an operand `offset` bytes past the one `desc` describes.
 // The start-address field (address / 16, bits 0-13) cannot overflow in shared
-// memory (< 256 KB), so adding to the low word is enough: one uniform add per
-// wgmma where a descriptor built from scratch takes five.
+// memory (< 256 KB), so adding to the low word is enough: an add per wgmma
+// where a descriptor built from an address takes a mask, a shift and an or.
 __device__ inline uint64_t advance_descriptor(uint64_t desc, uint32_t offset) {
   const uint32_t low = static_cast<uint32_t>(desc) + (offset >> 4);
   return (desc & 0xFFFFFFFF00000000ull) | low;
