@@ -89,6 +89,12 @@ void launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, int smem_
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, params));
 }
 
+// A cache's stride between pool slots in bytes; a one-slot pool may carry any
+// stride, and only slot 0 is ever read from it.
+uint32_t slot_bytes(const at::Tensor& cache) {
+  return cache.size(0) <= 1 ? 0 : static_cast<uint32_t>(cache.stride(0) * cache.element_size());
+}
+
 bool aligned_16(const at::Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 &&
          t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0;
@@ -194,6 +200,16 @@ TreeAttnShape check_cuda_args(const at::Tensor& q, const at::Tensor& k_cache,
   VERIFY_CHECK(q.is_cuda(), kOp, ": the CUDA kernel got q on ", q.device());
   VERIFY_CHECK(s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256, kOp,
               ": head_dim must be 64, 128 or 256 on CUDA, got ", s.head_dim);
+  // The kernels index pool slots and query rows in 32 bits (offsets in 64).
+  VERIFY_CHECK(s.pool_size <= UINT32_MAX, kOp, ": the CUDA kernel addresses at most 2^32 pool "
+              "slots, got k_cache with ", s.pool_size);
+  for (const at::Tensor* cache : {&k_cache, &v_cache})
+    VERIFY_CHECK(cache->size(0) <= 1 || cache->stride(0) * cache->element_size() <= UINT32_MAX,
+                kOp, ": the CUDA kernel needs at most 2^32 bytes between pool slots, got a "
+                "stride of ", cache->stride(0), " elements");
+  VERIFY_CHECK(s.batch * s.num_drafts * s.num_q_heads <= INT32_MAX, kOp,
+              ": the CUDA kernel takes at most 2^31 - 1 query rows (bs * D * Hq), got ",
+              s.batch * s.num_drafts * s.num_q_heads);
   return s;
 }
 
@@ -234,9 +250,9 @@ void run_tree_attn_cuda(const TreeAttnShape& s, const at::Tensor& q_arg,
   params.q_stride_head = q.stride(1);
   params.k = k_cache.data_ptr();
   params.v = v_cache.data_ptr();
-  params.k_stride_slot = k_cache.stride(0);
+  params.k_slot_bytes = slot_bytes(k_cache);
   params.k_stride_head = k_cache.stride(1);
-  params.v_stride_slot = v_cache.stride(0);
+  params.v_slot_bytes = slot_bytes(v_cache);
   params.v_stride_head = v_cache.stride(1);
   params.out = out.data_ptr();
   params.out_stride_token = out.stride(0);
@@ -261,6 +277,9 @@ void run_tree_attn_cuda(const TreeAttnShape& s, const at::Tensor& q_arg,
   params.num_kv_heads = static_cast<int>(s.num_kv_heads);
   params.group = static_cast<int>(s.num_q_heads / s.num_kv_heads);
   params.rows_per_kv_head = params.num_drafts * params.group;
+  params.group_div = FastDivmod(params.group);
+  params.q_heads_div = FastDivmod(params.num_q_heads);
+  params.drafts_div = FastDivmod(params.num_drafts);
   params.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();

@@ -81,6 +81,14 @@ __host__ __device__ inline int64_t ceil_div64(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+// ceil(a / b) for a >= 0 and b > 0, in 32 bits where both fit: a 64-bit
+// division is a call of ~70 instructions on the kernels' critical path.
+__device__ inline int64_t ceil_div_nonnegative(int64_t a, int64_t b) {
+  if (a <= INT32_MAX && b <= INT32_MAX)
+    return (static_cast<uint32_t>(a) + static_cast<uint32_t>(b) - 1) / static_cast<uint32_t>(b);
+  return ceil_div64(a, b);
+}
+
 // How request b's KV sequence of `total` tokens is cut into splits. Both
 // kernels compute this from seq_lens on the device, so the grid stays fixed.
 struct SplitPlan {
@@ -90,12 +98,12 @@ struct SplitPlan {
 
 __device__ inline SplitPlan plan_splits(int64_t total, int num_splits,
                                         int min_tokens, int granularity) {
-  int64_t chunk = ceil_div64(total, num_splits);
+  int64_t chunk = ceil_div_nonnegative(total, num_splits);
   chunk = ceil_div64(chunk, granularity) * granularity;
   if (chunk < min_tokens) chunk = min_tokens;
   SplitPlan plan;
   plan.chunk = chunk;
-  plan.active = static_cast<int>(ceil_div64(total, chunk));
+  plan.active = static_cast<int>(ceil_div_nonnegative(total, chunk));
   return plan;
 }
 
@@ -259,16 +267,6 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   const int key_group = warp / Cfg::kRowWarps;  // which keys of each tile
   const int key0 = key_group * Cfg::kKeysPerWarp;
 
-  // Both loads issue before either is used: one memory latency, not two.
-  const int64_t prefix = load_index(p.seq_lens, p.lens_is_int64, b * p.lens_stride);
-  const int64_t req_row = load_index(p.req_pool_indices, p.rpi_is_int64, b * p.rpi_stride);
-  const int64_t total = prefix + p.num_drafts;
-  const SplitPlan plan =
-      plan_splits(total, p.num_splits, p.split_min_tokens, kBlockN);
-  if (split >= plan.active) return;
-  const int64_t kv_begin = split * plan.chunk;
-  const int64_t kv_end = min(total, kv_begin + plan.chunk);
-
   const uint32_t smem_unaligned = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t smem_base =
       Cfg::kSmemAlign == 128 ? smem_unaligned
@@ -294,25 +292,42 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       return swizzled_slabs<Cfg::kBlockM>(row, chunk);
     else return swizzled_rows<HEAD_DIM>(row, chunk);
   };
-  const T* q = static_cast<const T*>(p.q);
-  const T* k = static_cast<const T*>(p.k);
-  const T* v = static_cast<const T*>(p.v);
-
-  // Q tile: row r is draft r / group of query head kv_head * group + r % group.
+  // Q tile, before the index loads that Q does not need, so that both
+  // latencies overlap: row r is draft r / group of query head
+  // kv_head * group + r % group.
+  const T* q_tile = static_cast<const T*>(p.q) +
+                    static_cast<int64_t>(b) * p.num_drafts * p.q_stride_token +
+                    static_cast<int64_t>(kv_head) * p.group * p.q_stride_head;
   for (int i = tid; i < Cfg::kBlockM * Cfg::kChunks; i += Cfg::kThreads) {
     const int r = i / Cfg::kChunks, c = i % Cfg::kChunks;
     const int row = row0 + r;
     const bool valid = row < p.rows_per_kv_head;
-    const int draft = valid ? row / p.group : 0;
-    const int head = kv_head * p.group + (valid ? row % p.group : 0);
-    const T* src = q + (static_cast<int64_t>(b) * p.num_drafts + draft) * p.q_stride_token +
-                   head * p.q_stride_head + c * 8;
+    uint32_t draft = 0, head_in_group = 0;
+    if (valid) p.group_div.divmod(row, draft, head_in_group);
+    const T* src = q_tile + draft * p.q_stride_token + head_in_group * p.q_stride_head + c * 8;
     cp_async_16(q_smem + q_offset(r, c), src, valid ? 16 : 0);
   }
 
+  // Both loads issue before either is used: one memory latency, not two.
+  const int64_t prefix = load_index(p.seq_lens, p.lens_is_int64, b * p.lens_stride);
+  const int64_t req_row = load_index(p.req_pool_indices, p.rpi_is_int64, b * p.rpi_stride);
+  const int64_t total = prefix + p.num_drafts;
+  const SplitPlan plan =
+      plan_splits(total, p.num_splits, p.split_min_tokens, kBlockN);
+  if (split >= plan.active) {
+    cp_async_commit();  // Q's copies land before the CTA's shared memory is freed
+    cp_async_wait<0>();
+    return;
+  }
+  const int64_t kv_begin = split * plan.chunk;
+  const int64_t kv_end = min(total, kv_begin + plan.chunk);
+  const T* k = static_cast<const T*>(p.k);
+  const T* v = static_cast<const T*>(p.v);
+
+
   // Pipeline: KV tiles run kPrefetch tiles ahead of the one consumed. The
   // group committed at step t holds KV tile t + kPrefetch and the slots of tile
-  // t + kPrefetch + kStages, so slot indices are in shared memory well before
+  // t + kPrefetch + kStages (and the first group, Q), so slot indices are in shared memory well before
   // the KV copies that need them are issued. Two warpgroups refill only the
   // stage both left a step earlier: one warpgroup may still run its P V on the
   // stage the other has just finished. At head_dim <= 128 they also compute
@@ -322,22 +337,23 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   constexpr bool kScoresAhead = kTwoWarpgroups && HEAD_DIM <= 128;
   constexpr int kPrefetch = kTwoWarpgroups ? Cfg::kStages - 2 : Cfg::kStages - 1;
   const int num_tiles = static_cast<int>(ceil_div64(kv_end - kv_begin, kBlockN));
-  int64_t* slot_ring =
-      reinterpret_cast<int64_t*>(smem_aligned + Cfg::kQSmemElems * 2 + Cfg::kKVBytes);
+  // Slot entries are 8 bytes; the kernel reads the low 32 bits of each (int32
+  // slots land there, and the host checks that the pool has < 2^32 slots).
+  const uint32_t* slot_ring =
+      reinterpret_cast<const uint32_t*>(smem_aligned + Cfg::kQSmemElems * 2 + Cfg::kKVBytes);
   const uint32_t slot_ring_smem = kv_smem + Cfg::kKVBytes;
   const int r2t_bytes = p.r2t_is_int64 ? 8 : 4;
+  // Thread tid < kBlockN loads position kv_begin + tile * kBlockN + tid.
   const char* r2t_row = static_cast<const char*>(p.req_to_token) +
                         req_row * p.r2t_stride_row * r2t_bytes;
-  if (!p.r2t_is_int64) {  // int32 slots land in the low half of each entry
-    for (int i = tid; i < Cfg::kSlotRingTiles * kBlockN; i += Cfg::kThreads) slot_ring[i] = 0;
-    __syncthreads();
-  }
+  const char* my_slots = r2t_row + (kv_begin + tid) * p.r2t_stride_pos * r2t_bytes;
+  const int64_t slots_per_tile_bytes = kBlockN * p.r2t_stride_pos * r2t_bytes;
   auto load_slots = [&](int tile) {
     if (tid < kBlockN) {
-      const int64_t pos = kv_begin + static_cast<int64_t>(tile) * kBlockN + tid;
-      const bool valid = tile < num_tiles && pos < kv_end;
+      const int offset = tile * kBlockN + tid;  // from kv_begin
+      const bool valid = tile < num_tiles && offset < kv_end - kv_begin;
       const int entry = (tile % Cfg::kSlotRingTiles) * kBlockN + tid;
-      const char* src = r2t_row + (valid ? pos * p.r2t_stride_pos * r2t_bytes : 0);
+      const char* src = valid ? my_slots + tile * slots_per_tile_bytes : r2t_row;
       const int bytes = valid ? r2t_bytes : 0;
       if (p.r2t_is_int64)
         cp_async_8(slot_ring_smem + entry * 8, src, bytes);
@@ -348,20 +364,25 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // Each thread copies chunk `load_chunk` of rows load_row0 + j * kRowsPerPass.
   const int load_chunk = tid % Cfg::kChunks;
   const int load_row0 = tid / Cfg::kChunks;
-  const T* k_head = k + kv_head * p.k_stride_head + load_chunk * 8;
-  const T* v_head = v + kv_head * p.v_stride_head + load_chunk * 8;
+  const char* k_head =
+      reinterpret_cast<const char*>(k + kv_head * p.k_stride_head + load_chunk * 8);
+  const char* v_head =
+      reinterpret_cast<const char*>(v + kv_head * p.v_stride_head + load_chunk * 8);
   auto issue_tile = [&](int tile) {
     const int stage = tile % Cfg::kStages;
-    const int64_t* ring = slot_ring + (tile % Cfg::kSlotRingTiles) * kBlockN;
+    const uint32_t* ring = slot_ring + 2 * (tile % Cfg::kSlotRingTiles) * kBlockN;
     const int64_t rows_left = kv_end - kv_begin - static_cast<int64_t>(tile) * kBlockN;
 #pragma unroll
     for (int j = 0; j < Cfg::kLoadRows; ++j) {
       const int r = load_row0 + j * Cfg::kRowsPerPass;
       const bool valid = r < rows_left;
-      const int64_t slot = valid ? ring[r] : 0;
+      const uint32_t slot = valid ? ring[2 * r] : 0;
       const uint32_t off = tile_offset(r, load_chunk);
-      cp_async_16(k_stage_of(stage) + off, k_head + slot * p.k_stride_slot, valid ? 16 : 0);
-      cp_async_16(v_stage_of(stage) + off, v_head + slot * p.v_stride_slot, valid ? 16 : 0);
+      // One wide multiply-add each: 32-bit slot times 32-bit bytes, 64-bit sum.
+      cp_async_16(k_stage_of(stage) + off, k_head + static_cast<uint64_t>(slot) * p.k_slot_bytes,
+                  valid ? 16 : 0);
+      cp_async_16(v_stage_of(stage) + off, v_head + static_cast<uint64_t>(slot) * p.v_slot_bytes,
+                  valid ? 16 : 0);
     }
   };
 
@@ -384,7 +405,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + row_warp * 16 + g + 8 * h;
     row_valid[h] = row < p.rows_per_kv_head;
-    row_draft[h] = row_valid[h] ? row / p.group : 0;
+    row_draft[h] = row_valid[h] ? static_cast<int>(p.group_div.div(row)) : 0;
   }
   const bool warp_active = row0 + row_warp * 16 < p.rows_per_kv_head;
   const unsigned char* mask_base =
@@ -750,8 +771,10 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     const float sum = quad_sum(row_sum[h]);
     if (!row_valid[h]) continue;
     const int row = row0 + row_warp * 16 + g + 8 * h;
-    const int64_t token = static_cast<int64_t>(b) * p.num_drafts + row / p.group;
-    const int head = kv_head * p.group + row % p.group;
+    uint32_t draft, head_in_group;
+    p.group_div.divmod(row, draft, head_in_group);
+    const int64_t token = static_cast<int64_t>(b) * p.num_drafts + draft;
+    const int head = kv_head * p.group + static_cast<int>(head_in_group);
     // A row that sees no key outputs zeros.
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     if (direct) {
@@ -784,9 +807,12 @@ template <int HEAD_DIM>
 __device__ inline MergeRow merge_row(const TreeAttnParams& p, int64_t q_row) {
   allow_dependent_launch();  // what the stream runs next may queue behind this grid
   MergeRow row;
-  row.token = q_row / p.num_q_heads;
-  row.head = static_cast<int>(q_row % p.num_q_heads);
-  const int b = static_cast<int>(row.token / p.num_drafts);
+  // q_row < 2^31 (the host checks the row count).
+  uint32_t token, head;
+  p.q_heads_div.divmod(static_cast<uint32_t>(q_row), token, head);
+  row.token = token;
+  row.head = static_cast<int>(head);
+  const int b = static_cast<int>(p.drafts_div.div(token));
   const int64_t prefix = load_index(p.seq_lens, p.lens_is_int64, b * p.lens_stride);
   row.active_splits = plan_splits(prefix + p.num_drafts, p.num_splits, p.split_min_tokens,
                                   TileConfig<HEAD_DIM>::kBlockN).active;

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "fast_divmod.h"
+
 namespace verify_ops {
 
 struct TreeAttnParams {
@@ -11,8 +13,10 @@ struct TreeAttnParams {
   int64_t q_stride_token, q_stride_head;
   const void* k;
   const void* v;
-  int64_t k_stride_slot, k_stride_head;
-  int64_t v_stride_slot, v_stride_head;
+  // Bytes from one pool slot to the next: the kernel multiplies a 32-bit slot
+  // by them into a 64-bit offset (the host checks that both fit).
+  uint32_t k_slot_bytes, v_slot_bytes;
+  int64_t k_stride_head, v_stride_head;
   void* out;
   int64_t out_stride_token, out_stride_head;
 
@@ -35,6 +39,9 @@ struct TreeAttnParams {
 
   int batch, num_drafts, num_q_heads, num_kv_heads, group;
   int rows_per_kv_head;  // D * group: query rows that share one KV head
+  FastDivmod group_div;     // row of a KV head -> (draft, q head within the group)
+  FastDivmod q_heads_div;   // q row (token * Hq + head) -> (token, head)
+  FastDivmod drafts_div;    // token -> request
   int num_m_tiles;
   int num_splits;        // grid size along the KV sequence (shape-derived)
   int split_min_tokens;  // a split never covers fewer tokens than this
