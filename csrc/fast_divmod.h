@@ -13,6 +13,7 @@
 
 namespace verify_ops {
 
+// The divisor must lie in [1, 2^31].
 struct FastDivmod {
   uint32_t divisor = 1;
   uint32_t multiplier = 1;  // floor(2^32 (2^shift - divisor) / divisor) + 1

@@ -222,7 +222,7 @@ void run_tree_attn_cuda(const TreeAttnShape& s, const at::Tensor& q_arg,
   const c10::cuda::CUDAGuard guard(q_arg.device());
   if (debug_checks_enabled())
     check_tree_attn_values(kOp, s, req_to_token, req_pool_indices, seq_lens);
-  if (s.batch == 0 || s.num_drafts == 0) return;
+  if (s.batch == 0 || s.num_drafts == 0 || s.num_q_heads == 0) return;  // nothing to write
   VERIFY_CHECK(aligned_16(k_cache) && aligned_16(v_cache), kOp,
               ": k_cache and v_cache need 16-byte aligned data and strides that are "
               "multiples of 8 elements, got strides ", k_cache.strides(), " and ",

@@ -113,6 +113,14 @@ def test_empty_batch(device):
     assert verify_ops.tree_attn(*case.args()).shape == (0, 4, 64)
 
 
+def test_no_query_heads(device):
+    case = make_case([3, 5], 4, 4, 2, 64, device=device)
+    q = case.q[:, :0]
+    out = torch.empty_like(q)
+    verify_ops.tree_attn_out(q, *case.args()[1:], out)
+    assert verify_ops.tree_attn(q, *case.args()[1:]).shape == (8, 0, 64)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_random_configurations(device, seed):
     gen = torch.Generator().manual_seed(100 + seed)
