@@ -89,10 +89,10 @@ void launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, int smem_
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, params));
 }
 
-// A cache's stride between pool slots in bytes; a one-slot pool may carry any
-// stride, and only slot 0 is ever read from it.
-uint32_t slot_bytes(const at::Tensor& cache) {
-  return cache.size(0) <= 1 ? 0 : static_cast<uint32_t>(cache.stride(0) * cache.element_size());
+// A cache's bytes between pool slots; a one-slot pool may carry any stride,
+// and only slot 0 is ever read from it.
+int64_t slot_bytes(const at::Tensor& cache) {
+  return cache.size(0) <= 1 ? 0 : cache.stride(0) * cache.element_size();
 }
 
 bool aligned_16(const at::Tensor& t) {
@@ -204,12 +204,11 @@ TreeAttnShape check_cuda_args(const at::Tensor& q, const at::Tensor& k_cache,
   VERIFY_CHECK(s.pool_size <= UINT32_MAX, kOp, ": the CUDA kernel addresses at most 2^32 pool "
               "slots, got k_cache with ", s.pool_size);
   for (const at::Tensor* cache : {&k_cache, &v_cache})
-    VERIFY_CHECK(cache->size(0) <= 1 || cache->stride(0) * cache->element_size() <= UINT32_MAX,
-                kOp, ": the CUDA kernel needs at most 2^32 bytes between pool slots, got a "
-                "stride of ", cache->stride(0), " elements");
-  VERIFY_CHECK(s.batch * s.num_drafts * s.num_q_heads <= INT32_MAX, kOp,
-              ": the CUDA kernel takes at most 2^31 - 1 query rows (bs * D * Hq), got ",
-              s.batch * s.num_drafts * s.num_q_heads);
+    VERIFY_CHECK(slot_bytes(*cache) <= UINT32_MAX, kOp, ": the CUDA kernel needs at most 2^32 "
+                "bytes between pool slots, got a stride of ", cache->stride(0), " elements");
+  const int64_t q_rows = s.batch * s.num_drafts * s.num_q_heads;
+  VERIFY_CHECK(q_rows <= INT32_MAX, kOp,
+              ": the CUDA kernel takes at most 2^31 - 1 query rows (bs * D * Hq), got ", q_rows);
   return s;
 }
 
@@ -250,9 +249,9 @@ void run_tree_attn_cuda(const TreeAttnShape& s, const at::Tensor& q_arg,
   params.q_stride_head = q.stride(1);
   params.k = k_cache.data_ptr();
   params.v = v_cache.data_ptr();
-  params.k_slot_bytes = slot_bytes(k_cache);
+  params.k_slot_bytes = static_cast<uint32_t>(slot_bytes(k_cache));
   params.k_stride_head = k_cache.stride(1);
-  params.v_slot_bytes = slot_bytes(v_cache);
+  params.v_slot_bytes = static_cast<uint32_t>(slot_bytes(v_cache));
   params.v_stride_head = v_cache.stride(1);
   params.out = out.data_ptr();
   params.out_stride_token = out.stride(0);

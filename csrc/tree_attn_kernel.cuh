@@ -324,15 +324,14 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   const T* k = static_cast<const T*>(p.k);
   const T* v = static_cast<const T*>(p.v);
 
-
   // Pipeline: KV tiles run kPrefetch tiles ahead of the one consumed. The
   // group committed at step t holds KV tile t + kPrefetch and the slots of tile
-  // t + kPrefetch + kStages (and the first group, Q), so slot indices are in shared memory well before
-  // the KV copies that need them are issued. Two warpgroups refill only the
-  // stage both left a step earlier: one warpgroup may still run its P V on the
-  // stage the other has just finished. At head_dim <= 128 they also compute
-  // the next tile's scores during this one's softmax (kScoresAhead); at 256
-  // that costs spills (NOTES, v7).
+  // t + kPrefetch + kStages (the first group also Q), so slot indices are in
+  // shared memory well before the KV copies that need them are issued. Two
+  // warpgroups refill only the stage both left a step earlier: one warpgroup
+  // may still run its P V on the stage the other has just finished. At
+  // head_dim <= 128 they also compute the next tile's scores during this
+  // one's softmax (kScoresAhead); at 256 that costs spills (NOTES, v7).
   constexpr bool kTwoWarpgroups = kWgmma && Cfg::kWarps == 8;
   constexpr bool kScoresAhead = kTwoWarpgroups && HEAD_DIM <= 128;
   constexpr int kPrefetch = kTwoWarpgroups ? Cfg::kStages - 2 : Cfg::kStages - 1;
