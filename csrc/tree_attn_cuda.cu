@@ -118,8 +118,10 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
   const int64_t rows = params.rows_per_kv_head;
   params.num_m_tiles = static_cast<int>(ceil_div64(rows, Cfg::kBlockM));
   // Two tiles per split at least: CTAs enough to fill every SM matter more
-  // than the partials, which the merge reads back from L2.
-  params.split_min_tokens = 2 * Cfg::kBlockN;
+  // than the partials, which the merge reads back from L2. But no fewer tokens
+  // than the CTA has rows, so that a split's fp32 partials weigh no more than
+  // the K and V it reads (128 rows at head_dim 256: four tiles, not two).
+  params.split_min_tokens = std::max(2 * Cfg::kBlockN, Cfg::kBlockM);
   const int64_t ctas = static_cast<int64_t>(params.batch) * params.num_kv_heads *
                        params.num_m_tiles;
   const int device = q.get_device();
@@ -149,9 +151,10 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
     launch_dependent(merge_splits_kernel<T, HEAD_DIM>, dim3(n_rows, HEAD_DIM / kMergeDims),
                      kMergeThreads, 0, stream, device, params);
   } else if (params.num_splits > 1) {
-    launch_dependent(merge_few_splits_kernel<T, HEAD_DIM>,
-                     dim3(ceil_div64(n_rows, kFewSplitRowsPerCta)), kFewSplitRowsPerCta * 32, 0,
-                     stream, device, params);
+    const int rows_per_cta =
+        kFewSplitThreads / (few_split_lanes(params.num_splits, HEAD_DIM) * (HEAD_DIM / 4));
+    launch_dependent(merge_few_splits_kernel<T, HEAD_DIM>, dim3(ceil_div64(n_rows, rows_per_cta)),
+                     kFewSplitThreads, 0, stream, device, params);
   }
 }
 

@@ -820,97 +820,110 @@ __device__ inline MergeRow merge_row(const TreeAttnParams& p, int64_t q_row) {
   return row;
 }
 
-// Merges the normalized split outputs of one (token, q head) row with their
-// LSEs when there are at most 64 splits: one warp per row, lane l holds the
-// weights of splits l and l + 32, lanes own HEAD_DIM / 32 dims each. No shared
-// memory, no barrier, so thousands of rows with few splits each cost little.
+// Merges the normalized split outputs of each (token, q head) row with their
+// LSEs when there are at most 64 splits. A row's threads, whole warps, each own
+// a float4 of its dims for splits lane_split, lane_split + split lanes, ...
+// (at most kFewSplitsPerThread): every partial of the row is loaded at once,
+// so the merge costs one L2 latency however many splits there are. With more
+// splits than one thread holds, split lanes add up through shared memory.
 constexpr int kFewSplits = 64;
-constexpr int kFewSplitRowsPerCta = 4;
+constexpr int kFewSplitThreads = 256;
+constexpr int kFewSplitsPerThread = 16;
 
-template <int N>
-__device__ inline void load_floats(const float* src, float (&dst)[N]) {
-  static_assert(N % 2 == 0, "even number of floats");
-  if constexpr (N % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < N; i += 4) {
-      const float4 v = *reinterpret_cast<const float4*>(src + i);
-      dst[i] = v.x, dst[i + 1] = v.y, dst[i + 2] = v.z, dst[i + 3] = v.w;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < N; i += 2) {
-      const float2 v = *reinterpret_cast<const float2*>(src + i);
-      dst[i] = v.x, dst[i + 1] = v.y;
-    }
-  }
+// Split lanes per row in merge_few_splits_kernel: the fewest (a power of two)
+// that hold the splits, and enough for a row to fill a warp.
+__host__ __device__ constexpr int few_split_lanes(int num_splits, int head_dim) {
+  int lanes = 1;
+  while (lanes * kFewSplitsPerThread < num_splits || lanes * (head_dim / 4) < 32) lanes *= 2;
+  return lanes;
 }
 
 template <typename T, int HEAD_DIM>
-__global__ void __launch_bounds__(kFewSplitRowsPerCta * 32)
+__global__ void __launch_bounds__(kFewSplitThreads)
     merge_few_splits_kernel(const TreeAttnParams p) {
-  constexpr int kPerLane = HEAD_DIM / 32;
-  constexpr int kUnroll = 2048 / HEAD_DIM;  // 64 floats of partials in flight per lane
-  const int lane = threadIdx.x % 32;
+  constexpr int kColumns = HEAD_DIM / 4;  // float4s per row
+  static_assert(kFewSplits <= kFewSplitsPerThread * kFewSplitThreads / kColumns,
+                "a CTA must hold the splits of one row");
+  __shared__ float4 lane_acc[kFewSplitThreads];
+  const int split_lanes = few_split_lanes(p.num_splits, HEAD_DIM);
+  const int row_threads = split_lanes * kColumns;
+  const int tid = threadIdx.x, lane = tid % 32;
+  const int column = tid % kColumns;
+  const int lane_split = tid % row_threads / kColumns;
   const int64_t n_rows = static_cast<int64_t>(p.batch) * p.num_drafts * p.num_q_heads;
-  const int64_t q_row = static_cast<int64_t>(blockIdx.x) * kFewSplitRowsPerCta + threadIdx.x / 32;
-  if (q_row >= n_rows) return;  // each CTA has a row, so each CTA still waits
-  const MergeRow row = merge_row<HEAD_DIM>(p, q_row);
-  const int active = row.active_splits;
-  if (active == 1) return;
+  const int64_t q_row = static_cast<int64_t>(blockIdx.x) * (kFewSplitThreads / row_threads) +
+                        tid / row_threads;
+  // Every CTA has a row (the grid is rounded up by rows), so every CTA waits.
+  MergeRow row{};
+  if (q_row < n_rows) row = merge_row<HEAD_DIM>(p, q_row);
+  // Uniform per warp: a warp holds threads of one row only.
+  const bool merging = q_row < n_rows && row.active_splits > 1;
 
-  const float* lse = p.partial_lse + q_row * p.num_splits;
-  const float* part = p.partial_out + q_row * p.num_splits * HEAD_DIM + lane * kPerLane;
-  float x[kUnroll][kPerLane];
-  auto load_batch = [&](int s0) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (s0 + u < active) {
-        load_floats(part + (s0 + u) * HEAD_DIM, x[u]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) x[u][i] = 0.f;
-      }
-    }
-  };
-  load_batch(0);  // needs no weights: in flight together with the LSEs
-  float weight[2], max_lse = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    weight[i] = lane + 32 * i < active ? lse[lane + 32 * i] : -INFINITY;
-    max_lse = fmaxf(max_lse, weight[i]);
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2)
-    max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffff, max_lse, off));
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   float total_weight = 0.f;
+  if (merging) {
+    const int active = row.active_splits;
+    const float* lse = p.partial_lse + q_row * p.num_splits;
+    const float* part = p.partial_out + q_row * p.num_splits * HEAD_DIM + column * 4;
+    float4 x[kFewSplitsPerThread];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    // All splits empty (a row that sees no key): every weight 0, output 0.
-    weight[i] = max_lse == -INFINITY ? 0.f : fast_exp2(weight[i] - max_lse);
-    total_weight += weight[i];
-  }
+    for (int k = 0; k < kFewSplitsPerThread; ++k) {
+      if (k * split_lanes >= active) break;  // the same step for the whole warp
+      const int s = lane_split + k * split_lanes;
+      x[k] = s < active ? *reinterpret_cast<const float4*>(part + s * HEAD_DIM)
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    // Each warp of the row weighs all splits itself: lane l holds splits l, l + 32.
+    float weight[2], max_lse = -INFINITY;
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2)
-    total_weight += __shfl_xor_sync(0xffffffff, total_weight, off);
-
-  float acc[kPerLane] = {};
-  for (int s0 = 0; s0 < active; s0 += kUnroll) {
-    if (s0 > 0) load_batch(s0);
+    for (int i = 0; i < 2; ++i) {
+      weight[i] = lane + 32 * i < active ? lse[lane + 32 * i] : -INFINITY;
+      max_lse = fmaxf(max_lse, weight[i]);
+    }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int s = s0 + u;
+    for (int off = 16; off > 0; off /= 2)
+      max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffff, max_lse, off));
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      // All splits empty (a row that sees no key): every weight 0, output 0.
+      weight[i] = max_lse == -INFINITY ? 0.f : fast_exp2(weight[i] - max_lse);
+      total_weight += weight[i];
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2)
+      total_weight += __shfl_xor_sync(0xffffffff, total_weight, off);
+#pragma unroll
+    for (int k = 0; k < kFewSplitsPerThread; ++k) {
+      if (k * split_lanes >= active) break;
       // Past the last split x is zero, so the weight read there does not matter.
-      const float w = __shfl_sync(0xffffffff, s < 32 ? weight[0] : weight[1], s % 32);
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) acc[i] += w * x[u][i];
+      const int s = lane_split + k * split_lanes;
+      const float low = __shfl_sync(0xffffffff, weight[0], s % 32);
+      const float high = __shfl_sync(0xffffffff, weight[1], s % 32);
+      const float w = s < 32 ? low : high;
+      acc.x += w * x[k].x;
+      acc.y += w * x[k].y;
+      acc.z += w * x[k].z;
+      acc.w += w * x[k].w;
     }
   }
+  if (split_lanes > 1) {  // the same for the whole grid
+    lane_acc[tid] = acc;
+    __syncthreads();
+    if (!merging || lane_split != 0) return;
+    for (int l = 1; l < split_lanes; ++l) {
+      const float4 other = lane_acc[tid + l * kColumns];
+      acc.x += other.x;
+      acc.y += other.y;
+      acc.z += other.z;
+      acc.w += other.w;
+    }
+  }
+  if (!merging) return;
   const float inv = total_weight > 0.f ? 1.f / total_weight : 0.f;
   T* dst = static_cast<T*>(p.out) + row.token * p.out_stride_token +
-           row.head * p.out_stride_head + lane * kPerLane;
-#pragma unroll
-  for (int i = 0; i < kPerLane; i += 2)
-    *reinterpret_cast<uint32_t*>(dst + i) = pack_pair<T>(acc[i] * inv, acc[i + 1] * inv);
+           row.head * p.out_stride_head + column * 4;
+  *reinterpret_cast<uint2*>(dst) =
+      make_uint2(pack_pair<T>(acc.x * inv, acc.y * inv), pack_pair<T>(acc.z * inv, acc.w * inv));
 }
 
 // The same for more than kFewSplits splits. CTA (row, chunk) owns kMergeDims dims of

@@ -62,3 +62,17 @@ def test_both_merges(lens):
     out = torch.full_like(case.q, float("nan"))
     verify_ops.tree_attn_out(*case.args(), out)
     assert relative_error(out, tree_attn_ref(*case.args())) < TOL
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 3, 5, 8, 22, 44])
+def test_merge_at_every_split_count(head_dim, num_kv_heads):
+    """One long request beside two that the attention kernel writes directly:
+    on a 132-SM H200 the KV heads give 2-88 splits, so the merges see every
+    number of split lanes per row, rows that share a CTA, and a last CTA that
+    is only partly filled."""
+    case = make_case([6000, 1, 0], 5, 3 * num_kv_heads, num_kv_heads, head_dim, device="cuda",
+                     tree="random", seed=num_kv_heads * 1000 + head_dim)
+    out = torch.full_like(case.q, float("nan"))
+    verify_ops.tree_attn_out(*case.args(), out)
+    assert relative_error(out, tree_attn_ref(*case.args())) < TOL
