@@ -119,8 +119,8 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
   params.num_m_tiles = static_cast<int>(ceil_div64(rows, Cfg::kBlockM));
   // Two tiles per split at least: CTAs enough to fill every SM matter more
   // than the partials, which the merge reads back from L2. But no fewer tokens
-  // than the CTA has rows, so that a split's fp32 partials weigh no more than
-  // the K and V it reads (128 rows at head_dim 256: four tiles, not two).
+  // than the CTA has rows, so that a split's partials weigh at most half the K
+  // and V it reads (128 rows at head_dim 256: four tiles, not two).
   params.split_min_tokens = std::max(2 * Cfg::kBlockN, Cfg::kBlockM);
   const int64_t ctas = static_cast<int64_t>(params.batch) * params.num_kv_heads *
                        params.num_m_tiles;
@@ -135,10 +135,9 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
                          params.num_q_heads;
   at::Tensor partial_out, partial_lse;
   if (params.num_splits > 1) {
-    partial_out = at::empty({n_rows, params.num_splits, HEAD_DIM},
-                            q.options().dtype(at::kFloat));
+    partial_out = at::empty({n_rows, params.num_splits, HEAD_DIM}, q.options());
     partial_lse = at::empty({n_rows, params.num_splits}, q.options().dtype(at::kFloat));
-    params.partial_out = partial_out.data_ptr<float>();
+    params.partial_out = partial_out.data_ptr();
     params.partial_lse = partial_lse.data_ptr<float>();
   }
 

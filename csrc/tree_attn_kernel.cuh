@@ -6,7 +6,8 @@
 // split is read once into shared memory and used for all rows of the tile; KV tokens
 // are prefix tokens 0..L-1 then draft tokens L..L+D-1, each at the slot
 // req_to_token[req_pool_indices[b], pos]. Draft tokens are masked per row by
-// tree_mask. Splits write fp32 partials that a merge kernel combines.
+// tree_mask. Splits write partials (outputs in T, LSEs in fp32) that a merge
+// kernel combines.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -121,18 +122,34 @@ struct Vec2<__nv_bfloat16> {
   __device__ static type pack(float a, float b) {
     return __floats2bfloat162_rn(a, b);
   }
+  __device__ static float2 unpack(type v) { return __bfloat1622float2(v); }
 };
 template <>
 struct Vec2<__half> {
   using type = __half2;
   __device__ static __half one(float a) { return __float2half_rn(a); }
   __device__ static type pack(float a, float b) { return __floats2half2_rn(a, b); }
+  __device__ static float2 unpack(type v) { return __half22float2(v); }
 };
 
 template <typename T>
 __device__ inline uint32_t pack_pair(float a, float b) {
   typename Vec2<T>::type v = Vec2<T>::pack(a, b);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Four consecutive elements of T, loaded as 8 raw bytes (8-byte aligned).
+// The merges convert them only where they use them, so that a loop of loads
+// with a `break` still issues every load before waiting for one.
+template <typename T>
+__device__ inline uint2 load_four(const T* src) {
+  return *reinterpret_cast<const uint2*>(src);
+}
+template <typename T>
+__device__ inline float4 four_as_floats(uint2 raw) {
+  const float2 low = Vec2<T>::unpack(*reinterpret_cast<const typename Vec2<T>::type*>(&raw.x));
+  const float2 high = Vec2<T>::unpack(*reinterpret_cast<const typename Vec2<T>::type*>(&raw.y));
+  return make_float4(low.x, low.y, high.x, high.y);
 }
 
 template <typename T>
@@ -185,6 +202,23 @@ __device__ inline void cp_async_4(uint32_t dst, const void* src, int src_bytes) 
 __device__ inline void cp_async_8(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst),
                "l"(src), "r"(src_bytes));
+}
+// Special registers read afresh (asm volatile), so that the compiler does
+// not keep an earlier read live across the main loop instead.
+__device__ inline uint32_t special_register_ctaid_x() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(r));
+  return r;
+}
+__device__ inline uint32_t special_register_ctaid_y() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(r));
+  return r;
+}
+__device__ inline uint32_t special_register_tid_x() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(r));
+  return r;
 }
 __device__ inline void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
@@ -765,31 +799,58 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
 
   if (!warp_active) return;
   const bool direct = plan.active == 1;
+  // Where the CTA and the thread are, read again: kept from the start, these
+  // values took registers from the loop (the two-warpgroup kernel spilled).
+  const uint32_t cta_x = special_register_ctaid_x(), cta_y = special_register_ctaid_y();
+  const int out_split = static_cast<int>(cta_x) / p.num_m_tiles;
+  const int out_b = static_cast<int>(cta_y) / p.num_kv_heads;
+  const int out_kv_head = static_cast<int>(cta_y) % p.num_kv_heads;
+  const uint32_t out_tid = special_register_tid_x();
+  const int quad_lane = static_cast<int>(out_tid % 4);
+  const int out_row0 = static_cast<int>(cta_x) % p.num_m_tiles * Cfg::kBlockM +
+                       static_cast<int>(out_tid / 32 % Cfg::kRowWarps) * 16 +
+                       static_cast<int>(out_tid % 32 / 4);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float sum = quad_sum(row_sum[h]);
-    if (!row_valid[h]) continue;
-    const int row = row0 + row_warp * 16 + g + 8 * h;
-    uint32_t draft, head_in_group;
-    p.group_div.divmod(row, draft, head_in_group);
-    const int64_t token = static_cast<int64_t>(b) * p.num_drafts + draft;
-    const int head = kv_head * p.group + static_cast<int>(head_in_group);
     // A row that sees no key outputs zeros.
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    if (direct) {
-      T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head;
+    T* dst = nullptr;
+    const int row = out_row0 + 8 * h;
+    if (row < p.rows_per_kv_head) {
+      uint32_t draft, head_in_group;
+      p.group_div.divmod(row, draft, head_in_group);
+      const int64_t token = static_cast<int64_t>(out_b) * p.num_drafts + draft;
+      const int head = out_kv_head * p.group + static_cast<int>(head_in_group);
+      if (direct) {
+        dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head;
+      } else {
+        const int64_t partial = (token * p.num_q_heads + head) * p.num_splits + out_split;
+        dst = static_cast<T*>(p.partial_out) + partial * HEAD_DIM;
+        if (quad_lane == 0)
+          p.partial_lse[partial] = sum > 0.f ? row_max[h] + log2f(sum) : -INFINITY;
+      }
+    }
+    // A quad holds a row's 16 columns of tiles 2j and 2j + 1 as 4-byte pairs.
+    // Two exchanges give each lane 4 adjacent columns, so that the quad writes
+    // whole 32-byte sectors: the L2 merges 16-byte pieces with a
+    // read-modify-write each (NOTES, v10).
+    const int odd_tile = quad_lane >> 1, high_cols = quad_lane & 1;
 #pragma unroll
-      for (int i = 0; i < kDTiles; ++i)
-        *reinterpret_cast<uint32_t*>(dst + i * 8 + 2 * t4) =
-            pack_pair<T>(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
-    } else {
-      const int64_t partial = (token * p.num_q_heads + head) * p.num_splits + split;
-      float* dst = p.partial_out + partial * HEAD_DIM;
-#pragma unroll
-      for (int i = 0; i < kDTiles; ++i)
-        *reinterpret_cast<float2*>(dst + i * 8 + 2 * t4) =
-            make_float2(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
-      if (t4 == 0) p.partial_lse[partial] = sum > 0.f ? row_max[h] + log2f(sum) : -INFINITY;
+    for (int j = 0; j < kDTiles / 2; ++j) {
+      const uint32_t even = pack_pair<T>(o[2 * j][2 * h] * inv, o[2 * j][2 * h + 1] * inv);
+      const uint32_t odd =
+          pack_pair<T>(o[2 * j + 1][2 * h] * inv, o[2 * j + 1][2 * h + 1] * inv);
+      // Lanes 0-1 gather tile 2j, lanes 2-3 tile 2j + 1: each keeps its own
+      // pair of that tile and takes its partner's (lane ^ 2).
+      const uint32_t kept = odd_tile ? odd : even;
+      const uint32_t taken = __shfl_xor_sync(0xffffffff, odd_tile ? even : odd, 2);
+      const uint32_t low = odd_tile ? taken : kept, high = odd_tile ? kept : taken;
+      // Then lanes 0 and 2 keep columns 0-3 of their tile, lanes 1 and 3 columns 4-7.
+      const uint32_t other = __shfl_xor_sync(0xffffffff, high_cols ? low : high, 1);
+      if (dst)
+        *reinterpret_cast<uint2*>(dst + (2 * j + odd_tile) * 8 + 4 * high_cols) =
+            high_cols ? make_uint2(other, high) : make_uint2(low, other);
     }
   }
 }
@@ -822,7 +883,7 @@ __device__ inline MergeRow merge_row(const TreeAttnParams& p, int64_t q_row) {
 
 // Merges the normalized split outputs of each (token, q head) row with their
 // LSEs when there are at most 64 splits. A row's threads, whole warps, each own
-// a float4 of its dims for splits lane_split, lane_split + split lanes, ...
+// four of its dims for splits lane_split, lane_split + split lanes, ...
 // (at most kFewSplitsPerThread): every partial of the row is loaded at once,
 // so the merge costs one L2 latency however many splits there are. With more
 // splits than one thread holds, split lanes add up through shared memory.
@@ -864,14 +925,14 @@ __global__ void __launch_bounds__(kFewSplitThreads)
   if (merging) {
     const int active = row.active_splits;
     const float* lse = p.partial_lse + q_row * p.num_splits;
-    const float* part = p.partial_out + q_row * p.num_splits * HEAD_DIM + column * 4;
-    float4 x[kFewSplitsPerThread];
+    const T* part =
+        static_cast<const T*>(p.partial_out) + q_row * p.num_splits * HEAD_DIM + column * 4;
+    uint2 x[kFewSplitsPerThread];
 #pragma unroll
     for (int k = 0; k < kFewSplitsPerThread; ++k) {
       if (k * split_lanes >= active) break;  // the same step for the whole warp
       const int s = lane_split + k * split_lanes;
-      x[k] = s < active ? *reinterpret_cast<const float4*>(part + s * HEAD_DIM)
-                        : make_float4(0.f, 0.f, 0.f, 0.f);
+      x[k] = s < active ? load_four(part + s * HEAD_DIM) : make_uint2(0, 0);  // 0 is +0.0
     }
     // Each warp of the row weighs all splits itself: lane l holds splits l, l + 32.
     float weight[2], max_lse = -INFINITY;
@@ -900,10 +961,11 @@ __global__ void __launch_bounds__(kFewSplitThreads)
       const float low = __shfl_sync(0xffffffff, weight[0], s % 32);
       const float high = __shfl_sync(0xffffffff, weight[1], s % 32);
       const float w = s < 32 ? low : high;
-      acc.x += w * x[k].x;
-      acc.y += w * x[k].y;
-      acc.z += w * x[k].z;
-      acc.w += w * x[k].w;
+      const float4 v = four_as_floats<T>(x[k]);
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
     }
   }
   if (split_lanes > 1) {  // the same for the whole grid
@@ -989,25 +1051,26 @@ __global__ void __launch_bounds__(kMergeThreads)
   const float total_weight = block_reduce(my_weight, false, scratch);  // also syncs weight[]
 
   const int chunk = tid % kMergeChunks, lane_split = tid / kMergeChunks;
-  const float* part = p.partial_out + q_row * p.num_splits * HEAD_DIM + dim0 + chunk * 4;
+  const T* part =
+      static_cast<const T*>(p.partial_out) + q_row * p.num_splits * HEAD_DIM + dim0 + chunk * 4;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int s0 = lane_split; s0 < active; s0 += kSplitLanes * kMergeUnroll) {
-    float4 x[kMergeUnroll];
+    uint2 x[kMergeUnroll];
     float w[kMergeUnroll];
 #pragma unroll
     for (int u = 0; u < kMergeUnroll; ++u) {
       const int s = s0 + u * kSplitLanes;
       const bool in = s < active;
       w[u] = in ? weight[s] : 0.f;
-      x[u] = in ? *reinterpret_cast<const float4*>(part + static_cast<int64_t>(s) * HEAD_DIM)
-                : make_float4(0.f, 0.f, 0.f, 0.f);
+      x[u] = in ? load_four(part + static_cast<int64_t>(s) * HEAD_DIM) : make_uint2(0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kMergeUnroll; ++u) {
-      acc.x += w[u] * x[u].x;
-      acc.y += w[u] * x[u].y;
-      acc.z += w[u] * x[u].z;
-      acc.w += w[u] * x[u].w;
+      const float4 v = four_as_floats<T>(x[u]);
+      acc.x += w[u] * v.x;
+      acc.y += w[u] * v.y;
+      acc.z += w[u] * v.z;
+      acc.w += w[u] * v.w;
     }
   }
   *reinterpret_cast<float4*>(lane_acc + lane_split * kMergeDims + chunk * 4) = acc;

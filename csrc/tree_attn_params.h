@@ -32,9 +32,10 @@ struct TreeAttnParams {
   const bool* tree_mask;
   int64_t mask_stride_batch, mask_stride_row, mask_stride_col;
 
-  // Split-KV partials: [bs*D*Hq, num_splits, head_dim] and [bs*D*Hq, num_splits],
-  // the LSE in log2 units of the scaled scores. Unused when num_splits == 1.
-  float* partial_out;
+  // Split-KV partials: the normalized outputs [bs*D*Hq, num_splits, head_dim]
+  // in q's dtype, and their LSEs [bs*D*Hq, num_splits] in fp32, in log2 units
+  // of the scaled scores. Unused when num_splits == 1.
+  void* partial_out;
   float* partial_lse;
 
   int batch, num_drafts, num_q_heads, num_kv_heads, group;
