@@ -208,6 +208,10 @@ TreeAttnShape check_cuda_args(const at::Tensor& q, const at::Tensor& k_cache,
   for (const at::Tensor* cache : {&k_cache, &v_cache})
     VERIFY_CHECK(slot_bytes(*cache) <= UINT32_MAX, kOp, ": the CUDA kernel needs at most 2^32 "
                 "bytes between pool slots, got a stride of ", cache->stride(0), " elements");
+  // seq_lens + D <= max_ctx (the contract): a request's tokens then fit the
+  // kernels' 32-bit token offsets.
+  VERIFY_CHECK(s.max_context <= INT32_MAX, kOp, ": the CUDA kernel takes at most 2^31 - 1 "
+              "positions per request (req_to_token.size(1)), got ", s.max_context);
   const int64_t q_rows = s.batch * s.num_drafts * s.num_q_heads;
   VERIFY_CHECK(q_rows <= INT32_MAX, kOp,
               ": the CUDA kernel takes at most 2^31 - 1 query rows (bs * D * Hq), got ", q_rows);

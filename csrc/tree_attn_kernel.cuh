@@ -381,10 +381,15 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
                         req_row * p.r2t_stride_row * r2t_bytes;
   const char* my_slots = r2t_row + (kv_begin + tid) * p.r2t_stride_pos * r2t_bytes;
   const int64_t slots_per_tile_bytes = kBlockN * p.r2t_stride_pos * r2t_bytes;
+  // The loop works in token offsets within the split, which fit 32 bits: it
+  // then keeps no 64-bit positions live and compares in one instruction.
+  // split_prefix, the first draft's offset, lies in [1 - D, split_tokens].
+  const int split_tokens = static_cast<int>(kv_end - kv_begin);
+  const int split_prefix = static_cast<int>(min(prefix - kv_begin, static_cast<int64_t>(split_tokens)));
   auto load_slots = [&](int tile) {
     if (tid < kBlockN) {
       const int offset = tile * kBlockN + tid;  // from kv_begin
-      const bool valid = tile < num_tiles && offset < kv_end - kv_begin;
+      const bool valid = tile < num_tiles && offset < split_tokens;
       const int entry = (tile % Cfg::kSlotRingTiles) * kBlockN + tid;
       const char* src = valid ? my_slots + tile * slots_per_tile_bytes : r2t_row;
       const int bytes = valid ? r2t_bytes : 0;
@@ -404,7 +409,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   auto issue_tile = [&](int tile) {
     const int stage = tile % Cfg::kStages;
     const uint32_t* ring = slot_ring + 2 * (tile % Cfg::kSlotRingTiles) * kBlockN;
-    const int64_t rows_left = kv_end - kv_begin - static_cast<int64_t>(tile) * kBlockN;
+    const int rows_left = split_tokens - tile * kBlockN;
 #pragma unroll
     for (int j = 0; j < Cfg::kLoadRows; ++j) {
       const int r = load_row0 + j * Cfg::kRowsPerPass;
@@ -529,12 +534,12 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // scale is positive (the host sees to it), so it applies to the tile max
   // and inside each exponent's FFMA, not as a multiply per score.
   auto fold_scores = [&](float (&s)[kNTiles][4], int tile) {
-    const int64_t tile_pos = kv_begin + static_cast<int64_t>(tile) * kBlockN;
-    if (tile_pos + kBlockN > prefix || tile_pos + kBlockN > kv_end) {
+    const int tile_first = tile * kBlockN;
+    if (tile_first + kBlockN > split_prefix || tile_first + kBlockN > split_tokens) {
       // Tile-relative bounds: keys at or past keys_left do not exist, and key
-      // draft_begin + j is draft j (both fit an int once clamped to the tile).
-      const int keys_left = static_cast<int>(min(kv_end - tile_pos, static_cast<int64_t>(kBlockN)));
-      const int draft_begin = static_cast<int>(min(prefix - tile_pos, static_cast<int64_t>(kBlockN)));
+      // draft_begin + j is draft j.
+      const int keys_left = min(split_tokens - tile_first, kBlockN);
+      const int draft_begin = min(split_prefix - tile_first, kBlockN);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const unsigned char* mask_row = mask_base + row_draft[h] * p.mask_stride_row;

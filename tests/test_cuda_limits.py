@@ -33,6 +33,16 @@ def test_every_tree_size(num_drafts, group):
     assert relative_error(out, tree_attn_ref(*case.args())) < TOL
 
 
+def test_context_beyond_int32_positions_is_refused():
+    """The kernels count a request's tokens in 32 bits; a longer req_to_token row is refused."""
+    case = make_case([10, 3], 4, 8, 2, 128, device="cuda", seed=3)
+    args = list(case.args())
+    args[3] = case.req_to_token[:, :1].expand(-1, 2**31)  # no memory behind it
+    with pytest.raises(RuntimeError, match=r"at most 2\^31 - 1 positions per request "
+                                           r"\(req_to_token.size\(1\)\), got 2147483648"):
+        verify_ops.tree_attn(*args)
+
+
 def test_pool_beyond_int32_elements():
     """Slots whose element offset exceeds 2**31 need 64-bit addressing."""
     num_kv_heads, head_dim = 1, 128
