@@ -28,6 +28,8 @@ python3 -c "import sgl_kernel" 2>/dev/null ||
   export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD/graph_tests/stubs"
 step build 400 env TORCH_CUDA_ARCH_LIST=9.0a VERIFY_OPS_PTXAS_VERBOSE=1 \
   python3 -m pip install --no-build-isolation --no-deps -v -e . || { printf '%s\n' "${summary[@]}"; tail -40 "$OUT/build.log"; exit 1; }
+# A kernel that hangs costs a minute here, not the rest of the device call.
+step smoke 90 python3 graph_tests/sanitize_case.py || { printf '%s\n' "${summary[@]}"; tail -20 "$OUT/smoke.log"; exit 1; }
 # PYTEST_PATHS narrows the suites when the device call's time is short.
 step pytest "${PYTEST_TIMEOUT:-420}" python3 -m pytest ${PYTEST_PATHS:-tests compile_tests graph_tests} \
   -q -rs -p no:cacheprovider --continue-on-collection-errors
