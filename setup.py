@@ -42,6 +42,12 @@ def extension():
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCHS)
     print(f"verify_ops: building CPU and CUDA ops for {os.environ['TORCH_CUDA_ARCH_LIST']}")
     nvcc_flags = ["-O3", "-lineinfo", "--use_fast_math"]
+    # The producer-warpgroup kernel needs wgmma and setmaxnreg on every sm_90
+    # target: launched only when all of them are 9.0a.
+    sm90 = [a.split("+")[0] for a in os.environ["TORCH_CUDA_ARCH_LIST"].replace(" ", ";").split(";")
+            if a.startswith("9.")]
+    if sm90 and all(a == "9.0a" for a in sm90):
+        nvcc_flags.append("-DVERIFY_OPS_SM90A=1")
     if os.environ.get("VERIFY_OPS_PTXAS_VERBOSE") == "1":
         nvcc_flags.append("-Xptxas=-v")
     return cpp_extension.CUDAExtension(

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "tree_attn_params.h"
+#include "mbarrier.cuh"
 #include "wgmma.cuh"
 
 namespace verify_ops {
@@ -25,13 +26,29 @@ struct TileConfig {
   // Four warps cover up to 64 query rows. Eight (two warpgroups, 128 rows) read
   // each KV tile once for twice the rows, which halves the L2-to-SM traffic
   // of many-row cases, and their MMAs overlap their softmax (see the kernel).
+  // Twelve are those eight plus a producer warpgroup that does all copies
+  // (sm_90a, head_dim 64, where it measured faster), handing stages over
+  // through mbarriers.
   static constexpr int kWarps = WARPS;
-  static_assert(WARPS == 4 || (WARPS == 8 && KEY_SPLIT == 1), "bad WARPS");
+  static_assert(WARPS == 4 || ((WARPS == 8 || (WARPS == 12 && HEAD_DIM == 64)) && KEY_SPLIT == 1),
+                "bad WARPS");
   static constexpr int kThreads = kWarps * 32;
+  static constexpr int kProducerWarps = WARPS == 12 ? 4 : 0;
+  static constexpr int kConsumerThreads = (kWarps - kProducerWarps) * 32;
+  // Threads that issue the K/V copies: the producer, else all.
+  static constexpr int kLoadThreads = kProducerWarps > 0 ? kProducerWarps * 32 : kThreads;
+  // Registers of each role (setmaxnreg). Consumers draw theirs from what the
+  // producer releases, within the CTA's launch allocation (168 per thread at
+  // 384 threads): a request past it blocks forever.
+  static constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+  static_assert(kProducerWarps == 0 ||
+                    kProducerRegisters * kLoadThreads + kConsumerRegisters * kConsumerThreads <=
+                        65536 / kThreads / 8 * 8 * kThreads,
+                "setmaxnreg asks for more registers than the CTA holds");
   // With few query rows per KV head, warps that would hold only padding rows
   // take a share of each KV tile instead: KEY_SPLIT warps cover one 16-row
   // group, each over kBlockN / KEY_SPLIT keys, and combine at the end.
-  static constexpr int kRowWarps = kWarps / KEY_SPLIT;
+  static constexpr int kRowWarps = (kWarps - kProducerWarps) / KEY_SPLIT;
   static constexpr int kBlockM = kRowWarps * 16;  // query rows per CTA
   static constexpr int kBlockN = HEAD_DIM <= 128 ? 64 : 32;  // KV tokens per tile
   static constexpr int kKeysPerWarp = kBlockN / KEY_SPLIT;
@@ -48,7 +65,7 @@ struct TileConfig {
   static constexpr int kStages =
       HEAD_DIM <= 128 ? (WARPS == 4 ? 3 : 6) : (kWarpgroupMma ? 4 : 2);
   static constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
-  static constexpr int kRowsPerPass = kThreads / kChunks;
+  static constexpr int kRowsPerPass = kLoadThreads / kChunks;
   static constexpr int kLoadRows = kBlockN / kRowsPerPass;  // rows per thread
   // Where Q's MMA fragments stay in registers for the whole loop. Not at head_dim
   // 256, beside its accumulators; not for wgmma at 64, where ptxas (CUDA 13.0)
@@ -69,8 +86,10 @@ struct TileConfig {
   // wgmma's swizzle atoms need 1024-byte alignment: the kernel rounds its
   // base up (the declared alignment of dynamic shared memory is 128).
   static constexpr int kSmemAlign = kWarpgroupMma ? 1024 : 128;
+  // The producer's "stage full" and the consumers' "stage empty" mbarriers.
+  static constexpr int kBarrierBytes = kProducerWarps > 0 ? 2 * kStages * 8 : 0;
   static constexpr int kSmemBytes = (kSmemAlign - 128) + kQSmemElems * 2 + kKVBytes +
-                                    kSlotRingTiles * kBlockN * 8;
+                                    kSlotRingTiles * kBlockN * 8 + kBarrierBytes;
   // Key-split warps hand their softmax state (O, max, sum per lane) to the
   // first warp of their row group through the K/V stages once the loop is done.
   static constexpr int kStateFloats = HEAD_DIM / 8 * 4 + 4;
@@ -366,31 +385,41 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // may still run its P V on the stage the other has just finished. At
   // head_dim <= 128 they also compute the next tile's scores during this
   // one's softmax (kScoresAhead); at 256 that costs spills (NOTES, v7).
-  constexpr bool kTwoWarpgroups = kWgmma && Cfg::kWarps == 8;
+  constexpr bool kTwoWarpgroups = kWgmma && Cfg::kRowWarps == 8;
   constexpr bool kScoresAhead = kTwoWarpgroups && HEAD_DIM <= 128;
   constexpr int kPrefetch = kTwoWarpgroups ? Cfg::kStages - 2 : Cfg::kStages - 1;
-  const int num_tiles = static_cast<int>(ceil_div64(kv_end - kv_begin, kBlockN));
+  // With a producer warpgroup (see below), the consumers run the
+  // scores-ahead loop; other devices never launch this configuration.
+  constexpr bool kWarpSpecialized = Cfg::kProducerWarps > 0;
+  static_assert(!kWarpSpecialized || !VERIFY_OPS_HAS_WGMMA || kScoresAhead,
+                "the producer feeds the scores-ahead loop only");
+  static_assert(!kWarpSpecialized || !Cfg::kQInRegisters,
+                "Q's stage would need a handover from the consumers to the producer");
   // Slot entries are 8 bytes; the kernel reads the low 32 bits of each (int32
   // slots land there, and the host checks that the pool has < 2^32 slots).
   const uint32_t* slot_ring =
       reinterpret_cast<const uint32_t*>(smem_aligned + Cfg::kQSmemElems * 2 + Cfg::kKVBytes);
   const uint32_t slot_ring_smem = kv_smem + Cfg::kKVBytes;
   const int r2t_bytes = p.r2t_is_int64 ? 8 : 4;
-  // Thread tid < kBlockN loads position kv_begin + tile * kBlockN + tid.
+  // Loading thread load_tid < kBlockN loads position kv_begin + tile * kBlockN
+  // + load_tid; with a producer warpgroup only its threads load.
+  const bool loads = !kWarpSpecialized || tid >= Cfg::kConsumerThreads;
+  const int load_tid = kWarpSpecialized ? (loads ? tid - Cfg::kConsumerThreads : 0) : tid;
   const char* r2t_row = static_cast<const char*>(p.req_to_token) +
                         req_row * p.r2t_stride_row * r2t_bytes;
-  const char* my_slots = r2t_row + (kv_begin + tid) * p.r2t_stride_pos * r2t_bytes;
+  const char* my_slots = r2t_row + (kv_begin + load_tid) * p.r2t_stride_pos * r2t_bytes;
   const int64_t slots_per_tile_bytes = kBlockN * p.r2t_stride_pos * r2t_bytes;
   // The loop works in token offsets within the split, which fit 32 bits: it
   // then keeps no 64-bit positions live and compares in one instruction.
   // split_prefix, the first draft's offset, lies in [1 - D, split_tokens].
   const int split_tokens = static_cast<int>(kv_end - kv_begin);
   const int split_prefix = static_cast<int>(min(prefix - kv_begin, static_cast<int64_t>(split_tokens)));
+  const int num_tiles = (split_tokens + kBlockN - 1) / kBlockN;
   auto load_slots = [&](int tile) {
-    if (tid < kBlockN) {
-      const int offset = tile * kBlockN + tid;  // from kv_begin
-      const bool valid = tile < num_tiles && offset < split_tokens;
-      const int entry = (tile % Cfg::kSlotRingTiles) * kBlockN + tid;
+    if (loads && load_tid < kBlockN) {
+      const int offset = tile * kBlockN + load_tid;  // from kv_begin
+      const bool valid = offset < split_tokens;
+      const int entry = (tile % Cfg::kSlotRingTiles) * kBlockN + load_tid;
       const char* src = valid ? my_slots + tile * slots_per_tile_bytes : r2t_row;
       const int bytes = valid ? r2t_bytes : 0;
       if (p.r2t_is_int64)
@@ -400,8 +429,8 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     }
   };
   // Each thread copies chunk `load_chunk` of rows load_row0 + j * kRowsPerPass.
-  const int load_chunk = tid % Cfg::kChunks;
-  const int load_row0 = tid / Cfg::kChunks;
+  const int load_chunk = load_tid % Cfg::kChunks;
+  const int load_row0 = load_tid / Cfg::kChunks;
   const char* k_head =
       reinterpret_cast<const char*>(k + kv_head * p.k_stride_head + load_chunk * 8);
   const char* v_head =
@@ -424,15 +453,62 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     }
   };
 
-  // Prologue: Q and the first kPrefetch + kStages slot tiles, then kPrefetch KV tiles.
-  for (int t = 0; t < kPrefetch + Cfg::kStages; ++t) load_slots(t);
+  // Stage s is full once its K/V tile has landed (the producer's threads
+  // arrive), empty once both warpgroups' P V on it are done (each consumer
+  // warp arrives).
+  const uint32_t barriers = slot_ring_smem + Cfg::kSlotRingTiles * kBlockN * 8;
+  auto full_barrier = [&](int tile) { return barriers + (tile % Cfg::kStages) * 8; };
+  auto empty_barrier = [&](int tile) {
+    return barriers + (Cfg::kStages + tile % Cfg::kStages) * 8;
+  };
+  // Slot indices reach shared memory this many tiles before the KV copies
+  // that read them (one ring of kSlotRingTiles holds them).
+  constexpr int kSlotLead = kPrefetch + Cfg::kStages;
+  static_assert(kSlotLead < Cfg::kSlotRingTiles, "the slot ring is too short");
+  if constexpr (kWarpSpecialized) {
+    if (tid < Cfg::kStages) {
+      mbarrier_init(full_barrier(tid), Cfg::kLoadThreads);
+      mbarrier_init(empty_barrier(tid), Cfg::kConsumerThreads / 32);
+    }
+  }
+
+  // Prologue: Q and the first kSlotLead slot tiles, then kPrefetch KV tiles
+  // unless a producer loads them.
+  for (int t = 0; t < kSlotLead; ++t) load_slots(t);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
+  if constexpr (!kWarpSpecialized) {
 #pragma unroll
-  for (int t = 0; t < kPrefetch; ++t) {
-    if (t < num_tiles) issue_tile(t);
-    cp_async_commit();
+    for (int t = 0; t < kPrefetch; ++t) {
+      if (t < num_tiles) issue_tile(t);
+      cp_async_commit();
+    }
+  }
+
+  if constexpr (kWarpSpecialized) {
+    if (loads) {
+      // The producer: tile t's copies go out once both warpgroups have left
+      // the tile kStages before it in that stage, and each thread's arrival
+      // on the stage's full barrier lands with its copies (no wait here, so
+      // a tile is never held behind a later one). The slot ring is shared
+      // among the producer's threads: a group kSlotLead tiles old has landed
+      // long before, so its wait costs nothing.
+      shrink_registers<Cfg::kProducerRegisters>();
+      for (int tile = 0; tile < num_tiles; ++tile) {
+        if (tile >= Cfg::kStages)
+          mbarrier_wait(empty_barrier(tile), (tile / Cfg::kStages - 1) & 1);
+        cp_async_wait<kSlotLead - 1>();  // this tile's slots
+        named_barrier_sync(1, Cfg::kLoadThreads);
+        issue_tile(tile);
+        cp_async_mbarrier_arrive(full_barrier(tile));
+        load_slots(tile + kSlotLead);
+        cp_async_commit();
+      }
+      cp_async_wait<0>();  // no copy outlives its thread
+      return;
+    }
+    grow_registers<Cfg::kConsumerRegisters>();
   }
 
   // Per thread: rows g and g + 8 of its warp's 16 rows (g = lane / 4).
@@ -468,7 +544,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // One cp.async group: KV tile `tile + kPrefetch`, and slots further ahead.
   auto refill = [&](int tile) {
     if (tile + kPrefetch < num_tiles) issue_tile(tile + kPrefetch);
-    load_slots(tile + kPrefetch + Cfg::kStages);
+    load_slots(tile + kSlotLead);
     cp_async_commit();
   };
 
@@ -637,10 +713,16 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     PFrag p_even, p_odd;
     auto step = [&](int tile, float (&s_now)[kNTiles][4], float (&s_next)[kNTiles][4],
                     PFrag& p_now) {
-      cp_async_wait<Cfg::kStages - 4>();  // tile + 1 has landed
-      fence_shared_for_wgmma();
-      __syncthreads();  // ... for every thread; both warpgroups left tile - 2
-      refill(tile);     // into the stage of tile - 2
+      if constexpr (kWarpSpecialized) {
+        if (tile + 1 < num_tiles)
+          mbarrier_wait(full_barrier(tile + 1), (tile + 1) / Cfg::kStages & 1);
+        fence_shared_for_wgmma();  // the producer's copies, for wgmma's reads
+      } else {
+        cp_async_wait<Cfg::kStages - 4>();  // tile + 1 has landed
+        fence_shared_for_wgmma();
+        __syncthreads();  // ... for every thread; both warpgroups left tile - 2
+        refill(tile);     // into the stage of tile - 2
+      }
       issue_qk(s_next, (tile + 1) % Cfg::kStages);
       const Fold fold = fold_scores(s_now, tile);
       if (fold.max_moved) {
@@ -655,11 +737,19 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       // that ptxas cannot move this wait above the softmax.
       wgmma_wait<1>();
       pin_registers(s_next);
+      if constexpr (kWarpSpecialized) {
+        if (tile > 0 && lane == 0) mbarrier_arrive(empty_barrier(tile - 1));
+      }
     };
     if (num_tiles > 0) {
-      cp_async_wait<Cfg::kStages - 3>();  // tile 0
-      fence_shared_for_wgmma();
-      __syncthreads();
+      if constexpr (kWarpSpecialized) {
+        mbarrier_wait(full_barrier(0), 0);
+        fence_shared_for_wgmma();
+      } else {
+        cp_async_wait<Cfg::kStages - 3>();  // tile 0
+        fence_shared_for_wgmma();
+        __syncthreads();
+      }
       issue_qk(s_even, 0);
       wgmma_wait<0>();
     }

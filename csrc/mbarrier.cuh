@@ -1,0 +1,63 @@
+// Shared-memory barriers of sm_90 for the warp-specialized kernel: mbarriers
+// that a producer warpgroup and the consumer warpgroups hand stages through,
+// a named barrier among the producer's warps, and the register split between
+// the two roles (setmaxnreg).
+#pragma once
+
+#include <cstdint>
+
+#include "wgmma.cuh"
+
+namespace verify_ops {
+
+__device__ inline void mbarrier_init(uint32_t bar, int arrivals) {
+#if VERIFY_OPS_HAS_WGMMA
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+#endif
+}
+__device__ inline void mbarrier_arrive(uint32_t bar) {
+#if VERIFY_OPS_HAS_WGMMA
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+// Arrives once every cp.async this thread has issued so far has landed; the
+// arrival counts toward the barrier's expected count (.noinc).
+__device__ inline void cp_async_mbarrier_arrive(uint32_t bar) {
+#if VERIFY_OPS_HAS_WGMMA
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+// Returns once the phase of parity `parity` has completed.
+__device__ inline void mbarrier_wait(uint32_t bar, uint32_t parity) {
+#if VERIFY_OPS_HAS_WGMMA
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// Barrier `id` (not 0, which __syncthreads uses) among `threads` threads.
+__device__ inline void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <int REGISTERS>
+__device__ inline void shrink_registers() {
+#if VERIFY_OPS_HAS_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));
+#endif
+}
+template <int REGISTERS>
+__device__ inline void grow_registers() {
+#if VERIFY_OPS_HAS_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));
+#endif
+}
+
+}  // namespace verify_ops
