@@ -25,6 +25,16 @@ def test_uneven_lengths_in_one_batch():
     assert relative_error(out, tree_attn_ref(*case.args())) < TOL
 
 
+# Tens of KV tiles per split, so that every pipeline stage is refilled many
+# times over (the stage barriers of the producer-warpgroup kernel, head_dim 64
+# on sm_90a, change phase each time round); 96 rows per KV head.
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_many_tiles_per_split(head_dim):
+    case = make_case([60_000, 3], 12, 16, 2, head_dim, device="cuda", tree="random",
+                     seed=head_dim)
+    check_into_poisoned_out(case)
+
+
 @pytest.mark.parametrize("num_drafts", [1, 2, 15, 63, 64, 65, 100, 128])
 @pytest.mark.parametrize("group", [1, 5, 16])
 def test_every_tree_size(num_drafts, group):
