@@ -1,7 +1,7 @@
 // Shared-memory barriers of sm_90 for the warp-specialized kernel: mbarriers
 // that a producer warpgroup and the consumer warpgroups hand stages through,
-// a named barrier among the producer's warps, and the register split between
-// the two roles (setmaxnreg).
+// named barriers (among the producer's warps; for the stage that held Q), and
+// the register split between the two roles (setmaxnreg).
 #pragma once
 
 #include <cstdint>
@@ -45,6 +45,10 @@ __device__ inline void mbarrier_wait(uint32_t bar, uint32_t parity) {
 // Barrier `id` (not 0, which __syncthreads uses) among `threads` threads.
 __device__ inline void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Counts this thread toward barrier `id` without waiting for the others.
+__device__ inline void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 template <int REGISTERS>

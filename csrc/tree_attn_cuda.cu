@@ -171,9 +171,9 @@ void launch_for_rows(TreeAttnParams& params, const at::Tensor& q, int64_t max_co
     return launch<T, HEAD_DIM, 2>(params, q, max_context, stream);
   const int device = q.get_device();
 #ifdef VERIFY_OPS_SM90A
-  if constexpr (HEAD_DIM == 64) {
+  if constexpr (HEAD_DIM <= 128) {
     // A producer warpgroup feeds the two warpgroups where wgmma runs (sm_90a;
-    // at head_dim 128 it measured no faster, NOTES v12).
+    // not at head_dim 256, whose wgmma kernel keeps no scores ahead).
     if (params.rows_per_kv_head > 64 &&
         device_attribute<cudaDevAttrComputeCapabilityMajor>(device) == 9 &&
         fits_in_shared_memory<HEAD_DIM, 1, 12>(device))

@@ -27,10 +27,9 @@ struct TileConfig {
   // each KV tile once for twice the rows, which halves the L2-to-SM traffic
   // of many-row cases, and their MMAs overlap their softmax (see the kernel).
   // Twelve are those eight plus a producer warpgroup that does all copies
-  // (sm_90a, head_dim 64, where it measured faster), handing stages over
-  // through mbarriers.
+  // (sm_90a, head_dim <= 128), handing stages over through mbarriers.
   static constexpr int kWarps = WARPS;
-  static_assert(WARPS == 4 || ((WARPS == 8 || (WARPS == 12 && HEAD_DIM == 64)) && KEY_SPLIT == 1),
+  static_assert(WARPS == 4 || ((WARPS == 8 || (WARPS == 12 && HEAD_DIM <= 128)) && KEY_SPLIT == 1),
                 "bad WARPS");
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kProducerWarps = WARPS == 12 ? 4 : 0;
@@ -39,8 +38,11 @@ struct TileConfig {
   static constexpr int kLoadThreads = kProducerWarps > 0 ? kProducerWarps * 32 : kThreads;
   // Registers of each role (setmaxnreg). Consumers draw theirs from what the
   // producer releases, within the CTA's launch allocation (168 per thread at
-  // 384 threads): a request past it blocks forever.
-  static constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+  // 384 threads): a request past it blocks forever. At head_dim 128 a
+  // producer of 24 spilled its row offsets every tile (slower than eight warps
+  // in the graph); at 64 the consumers' 240 measured 1-3 % faster than 232.
+  static constexpr int kProducerRegisters = HEAD_DIM == 64 ? 24 : 40;
+  static constexpr int kConsumerRegisters = HEAD_DIM == 64 ? 240 : 232;
   static_assert(kProducerWarps == 0 ||
                     kProducerRegisters * kLoadThreads + kConsumerRegisters * kConsumerThreads <=
                         65536 / kThreads / 8 * 8 * kThreads,
@@ -169,6 +171,13 @@ __device__ inline float4 four_as_floats(uint2 raw) {
   const float2 low = Vec2<T>::unpack(*reinterpret_cast<const typename Vec2<T>::type*>(&raw.x));
   const float2 high = Vec2<T>::unpack(*reinterpret_cast<const typename Vec2<T>::type*>(&raw.y));
   return make_float4(low.x, low.y, high.x, high.y);
+}
+
+__device__ inline void add_scaled(float4& acc, float w, const float4& v) {
+  acc.x += w * v.x;
+  acc.y += w * v.y;
+  acc.z += w * v.z;
+  acc.w += w * v.w;
 }
 
 template <typename T>
@@ -393,8 +402,6 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   constexpr bool kWarpSpecialized = Cfg::kProducerWarps > 0;
   static_assert(!kWarpSpecialized || !VERIFY_OPS_HAS_WGMMA || kScoresAhead,
                 "the producer feeds the scores-ahead loop only");
-  static_assert(!kWarpSpecialized || !Cfg::kQInRegisters,
-                "Q's stage would need a handover from the consumers to the producer");
   // Slot entries are 8 bytes; the kernel reads the low 32 bits of each (int32
   // slots land there, and the host checks that the pool has < 2^32 slots).
   const uint32_t* slot_ring =
@@ -465,6 +472,11 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // that read them (one ring of kSlotRingTiles holds them).
   constexpr int kSlotLead = kPrefetch + Cfg::kStages;
   static_assert(kSlotLead < Cfg::kSlotRingTiles, "the slot ring is too short");
+  // Q held in registers was staged in the last stage: the consumers arrive
+  // here once they have read it, and the producer waits before it refills
+  // that stage (or at its end, so that the barrier completes).
+  constexpr int kQReadBarrier = 2;
+  constexpr bool kQStageHandover = kWarpSpecialized && Cfg::kQInRegisters;
   if constexpr (kWarpSpecialized) {
     if (tid < Cfg::kStages) {
       mbarrier_init(full_barrier(tid), Cfg::kLoadThreads);
@@ -498,6 +510,8 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       for (int tile = 0; tile < num_tiles; ++tile) {
         if (tile >= Cfg::kStages)
           mbarrier_wait(empty_barrier(tile), (tile / Cfg::kStages - 1) & 1);
+        if (kQStageHandover && tile == Cfg::kStages - 1)
+          named_barrier_sync(kQReadBarrier, Cfg::kThreads);
         cp_async_wait<kSlotLead - 1>();  // this tile's slots
         named_barrier_sync(1, Cfg::kLoadThreads);
         issue_tile(tile);
@@ -506,6 +520,8 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         cp_async_commit();
       }
       cp_async_wait<0>();  // no copy outlives its thread
+      if (kQStageHandover && num_tiles < Cfg::kStages)
+        named_barrier_sync(kQReadBarrier, Cfg::kThreads);
       return;
     }
     grow_registers<Cfg::kConsumerRegisters>();
@@ -538,7 +554,11 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   if constexpr (Cfg::kQInRegisters) {
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) ldmatrix_x4(q_frag[ks], q_frag_addr(ks));
-    __syncthreads();  // a loop step soon refills the stage that held Q
+    // A loop step soon refills the stage that held Q.
+    if constexpr (kQStageHandover)
+      named_barrier_arrive(kQReadBarrier, Cfg::kThreads);
+    else
+      __syncthreads();
   }
 
   // One cp.async group: KV tile `tile + kPrefetch`, and slots further ahead.
@@ -1056,24 +1076,14 @@ __global__ void __launch_bounds__(kFewSplitThreads)
       const float low = __shfl_sync(0xffffffff, weight[0], s % 32);
       const float high = __shfl_sync(0xffffffff, weight[1], s % 32);
       const float w = s < 32 ? low : high;
-      const float4 v = four_as_floats<T>(x[k]);
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
+      add_scaled(acc, w, four_as_floats<T>(x[k]));
     }
   }
   if (split_lanes > 1) {  // the same for the whole grid
     lane_acc[tid] = acc;
     __syncthreads();
     if (!merging || lane_split != 0) return;
-    for (int l = 1; l < split_lanes; ++l) {
-      const float4 other = lane_acc[tid + l * kColumns];
-      acc.x += other.x;
-      acc.y += other.y;
-      acc.z += other.z;
-      acc.w += other.w;
-    }
+    for (int l = 1; l < split_lanes; ++l) add_scaled(acc, 1.f, lane_acc[tid + l * kColumns]);
   }
   if (!merging) return;
   const float inv = total_weight > 0.f ? 1.f / total_weight : 0.f;
@@ -1160,13 +1170,7 @@ __global__ void __launch_bounds__(kMergeThreads)
       x[u] = in ? load_four(part + static_cast<int64_t>(s) * HEAD_DIM) : make_uint2(0, 0);
     }
 #pragma unroll
-    for (int u = 0; u < kMergeUnroll; ++u) {
-      const float4 v = four_as_floats<T>(x[u]);
-      acc.x += w[u] * v.x;
-      acc.y += w[u] * v.y;
-      acc.z += w[u] * v.z;
-      acc.w += w[u] * v.w;
-    }
+    for (int u = 0; u < kMergeUnroll; ++u) add_scaled(acc, w[u], four_as_floats<T>(x[u]));
   }
   *reinterpret_cast<float4*>(lane_acc + lane_split * kMergeDims + chunk * 4) = acc;
   __syncthreads();
