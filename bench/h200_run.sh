@@ -34,6 +34,8 @@ step smoke 90 python3 graph_tests/sanitize_case.py || { printf '%s\n' "${summary
 step pytest "${PYTEST_TIMEOUT:-420}" python3 -m pytest ${PYTEST_PATHS:-tests compile_tests graph_tests} \
   -q -rs -p no:cacheprovider --continue-on-collection-errors
 step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
+# Barriers and warpgroup instructions reached by only some of their threads.
+step synccheck 200 compute-sanitizer --tool synccheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
 step sass 120 python3 graph_tests/wgmma_sass_check.py
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   step bench "${BENCH_TIMEOUT:-1200}" python3 -m bench.bench_tree_attn --out "$OUT/bench.json" \

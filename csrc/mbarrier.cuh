@@ -1,7 +1,8 @@
 // Shared-memory barriers of sm_90 for the warp-specialized kernel: mbarriers
 // that a producer warpgroup and the consumer warpgroups hand stages through,
-// named barriers (among the producer's warps; for the stage that held Q), and
-// the register split between the two roles (setmaxnreg).
+// named barriers (among the producer's warps; for the stage that held Q; a
+// vote within a warpgroup), and the register split between the two roles
+// (setmaxnreg).
 #pragma once
 
 #include <cstdint>
@@ -49,6 +50,23 @@ __device__ inline void named_barrier_sync(int id, int threads) {
 // Counts this thread toward barrier `id` without waiting for the others.
 __device__ inline void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Whether `pred` holds for any of the THREADS threads that meet at barrier
+// ID (an immediate: with an id in a register ptxas reserves all 16).
+template <int ID, int THREADS>
+__device__ inline bool named_barrier_any(bool pred) {
+  uint32_t any;
+  asm volatile(
+      "{\n"
+      ".reg .pred mine, all;\n"
+      "setp.ne.u32 mine, %1, 0;\n"
+      "bar.red.or.pred all, %2, %3, mine;\n"
+      "selp.u32 %0, 1, 0, all;\n"
+      "}\n"
+      : "=r"(any)
+      : "r"(static_cast<uint32_t>(pred)), "n"(ID), "n"(THREADS)
+      : "memory");
+  return any != 0;
 }
 
 template <int REGISTERS>

@@ -476,6 +476,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // here once they have read it, and the producer waits before it refills
   // that stage (or at its end, so that the barrier completes).
   constexpr int kQReadBarrier = 2;
+  constexpr int kMaxVoteBarrier = 3;  // and 4: one per consumer warpgroup
   constexpr bool kQStageHandover = kWarpSpecialized && Cfg::kQInRegisters;
   if constexpr (kWarpSpecialized) {
     if (tid < Cfg::kStages) {
@@ -725,12 +726,21 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   if constexpr (kScoresAhead) {
     // Step t: the scores of tile t + 1 and P V of tile t - 1 run on the tensor
     // cores while the warpgroup does tile t's softmax, which waits for them
-    // only on the rare tiles that move the reference max; then P V of tile t
-    // goes out. Score and P registers alternate between even and odd tiles.
+    // only on the rare tiles that move a reference max of the warpgroup's
+    // rows; then P V of tile t goes out. Score and P registers alternate
+    // between even and odd tiles.
     // The last step also scores a tile past the end, from a stage no copy is
     // writing, and drops it: no branch between the MMAs.
     float s_even[kNTiles][4], s_odd[kNTiles][4];
     PFrag p_even, p_odd;
+    // A wgmma wait is a warpgroup instruction, so all four warps take the
+    // rescaling branch or none (compute-sanitizer's synccheck flagged the wait
+    // that only the warps whose rows moved their max reached). Waiting every
+    // step instead, ptxas hoists the wait above the exponentials.
+    auto max_moved_in_warpgroup = [&](bool warp_moved) {
+      return warp / 4 == 0 ? named_barrier_any<kMaxVoteBarrier, 128>(warp_moved)
+                           : named_barrier_any<kMaxVoteBarrier + 1, 128>(warp_moved);
+    };
     auto step = [&](int tile, float (&s_now)[kNTiles][4], float (&s_next)[kNTiles][4],
                     PFrag& p_now) {
       if constexpr (kWarpSpecialized) {
@@ -745,7 +755,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       }
       issue_qk(s_next, (tile + 1) % Cfg::kStages);
       const Fold fold = fold_scores(s_now, tile);
-      if (fold.max_moved) {
+      if (max_moved_in_warpgroup(fold.max_moved)) {
         wgmma_wait<0>();
         pin_registers(o);
         rescale_o(fold);

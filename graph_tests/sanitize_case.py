@@ -1,4 +1,4 @@
-"""Tree verifies run under compute-sanitizer (memcheck, racecheck).
+"""Tree verifies run under compute-sanitizer (memcheck, racecheck, synccheck).
 
     compute-sanitizer --tool memcheck python graph_tests/sanitize_case.py
 
