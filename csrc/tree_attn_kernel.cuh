@@ -476,8 +476,9 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // here once they have read it, and the producer waits before it refills
   // that stage (or at its end, so that the barrier completes).
   constexpr int kQReadBarrier = 2;
-  constexpr int kMaxVoteBarrier = 3;  // and 4: one per consumer warpgroup
   constexpr bool kQStageHandover = kWarpSpecialized && Cfg::kQInRegisters;
+  // Named barriers 3 and 4: each consumer warpgroup's vote (kScoresAhead).
+  constexpr int kMaxVoteBarrier = 3;
   if constexpr (kWarpSpecialized) {
     if (tid < Cfg::kStages) {
       mbarrier_init(full_barrier(tid), Cfg::kLoadThreads);
