@@ -69,12 +69,11 @@ struct TileConfig {
   static constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
   static constexpr int kRowsPerPass = kLoadThreads / kChunks;
   static constexpr int kLoadRows = kBlockN / kRowsPerPass;  // rows per thread
-  // Where Q's MMA fragments stay in registers for the whole loop. Not at head_dim
-  // 256, beside its accumulators; not for wgmma at 64, where ptxas (CUDA 13.0)
-  // reused those registers inside the loop (SASS; wrong results on the H200):
-  // that wgmma reads Q from shared memory.
-  static constexpr bool kQInRegisters =
-      HEAD_DIM == 128 || (HEAD_DIM == 64 && !kWarpgroupMma);
+  // Where Q's MMA fragments stay in registers for the whole loop: not at
+  // head_dim 256, beside its accumulators. A wgmma that reads Q from shared
+  // memory instead reads twice the bytes per score (graph_tests'
+  // wgmma_sass_check guards the registers: ptxas once reused them, v6).
+  static constexpr bool kQInRegisters = HEAD_DIM <= 128;
   static constexpr int kTileElems = kBlockN * HEAD_DIM;
   // Q held in registers is staged through the last stage (its K and V tiles
   // are adjacent), which the pipeline fills only after Q has been read: two
