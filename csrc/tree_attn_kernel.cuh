@@ -570,7 +570,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   };
 
   // S = Q K^T of the tile in `stage` on the warpgroup's tensor cores: K-major
-  // B (and A from shared memory), 16 dims per step within a 128-byte swizzle
+  // B (A from shared memory at head_dim 256), 16 dims per step within a 128-byte swizzle
   // row. Issued and committed, not waited for.
   auto issue_qk = [&](float (&s)[kNTiles][4], int stage) {
     if constexpr (Cfg::kWarpgroupMma) {
@@ -584,8 +584,8 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         if constexpr (Cfg::kQInRegisters)
           wgmma_m64n64k16<T, false>(s, q_frag[ks], k_desc, ks > 0);
         else
-          wgmma_m64k16_ss<T>(s, advance_descriptor(q_tile_desc, q_offset(0, 2 * ks)), k_desc,
-                             ks > 0);
+          wgmma_m64n32k16_ss<T>(s, advance_descriptor(q_tile_desc, q_offset(0, 2 * ks)),
+                                k_desc, ks > 0);
       }
       wgmma_commit();
     }

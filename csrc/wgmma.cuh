@@ -1,7 +1,6 @@
-// Hopper warpgroup MMA (wgmma, sm_90a only): m64n64k16 with A in registers
-// or shared memory, m64n32k16 with A in shared memory, B in shared memory,
-// the fences around them, and the
-// shared-memory layout it reads: a tile of ROWS rows of 16-bit elements is stored as slabs of
+// Hopper warpgroup MMA (wgmma, sm_90a only): m64n64k16 with A in registers,
+// m64n32k16 with A in shared memory, B in shared memory, the fences around
+// them, and the shared-memory layout it reads: a tile of ROWS rows of 16-bit elements is stored as slabs of
 // ROWS x 128 bytes (64 elements of each row per slab); in a slab, 16-byte
 // chunk c of row r sits at chunk c ^ (r % 8), the 128-byte swizzle.
 #pragma once
@@ -72,13 +71,12 @@ __device__ inline uint64_t advance_descriptor(uint64_t desc, uint32_t offset) {
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc),               \
                  "n"(TRANS_B ? 1 : 0), "r"(static_cast<int>(accumulate)))
 
-// SHAPE "m64n64k16" with N = 32 accumulators or "m64n32k16" with 16; the
-// descriptors and the accumulate flag are operands N, N + 1 and N + 2.
-#define VERIFY_OPS_WGMMA_SS(SHAPE, N, DESCS, ACC, TYPES)                                \
-  asm volatile("{\n.reg .pred acc;\nsetp.ne.b32 acc, " ACC ", 0;\n"                    \
-               "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPES " "                  \
-               VERIFY_OPS_WGMMA_D##N##_LIST DESCS ", acc, 1, 1, 0, 0;\n}\n"             \
-               : VERIFY_OPS_WGMMA_D##N##_OPERANDS                                       \
+// The descriptors and the accumulate flag are operands 16, 17 and 18.
+#define VERIFY_OPS_WGMMA_M64N32K16_SS(TYPES)                                            \
+  asm volatile("{\n.reg .pred acc;\nsetp.ne.b32 acc, %18, 0;\n"                        \
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPES " "                  \
+               VERIFY_OPS_WGMMA_D16_LIST "%16, %17, acc, 1, 1, 0, 0;\n}\n"             \
+               : VERIFY_OPS_WGMMA_D16_OPERANDS                                          \
                : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)))
 
 // d (64 x 64 per warpgroup; per warp, 16 rows in mma.sync's C layout, 8 tiles
@@ -97,26 +95,20 @@ __device__ inline void wgmma_m64n64k16(float (&d)[8][4], const uint32_t (&a)[4],
 #endif
 }
 
-// d (64 x 8 N_TILES: 64 or 32 columns) = A B (+ d) with A (64 x 16, K-major)
-// in shared memory at a_desc and B K-major.
-template <typename T, int N_TILES>
-__device__ inline void wgmma_m64k16_ss(float (&d)[N_TILES][4], uint64_t a_desc, uint64_t b_desc,
-                                       bool accumulate) {
-  static_assert(N_TILES == 8 || N_TILES == 4, "m64n64k16 or m64n32k16");
+// d (64 x 32) = A B (+ d) with A (64 x 16, K-major) in shared memory at
+// a_desc and B K-major.
+template <typename T>
+__device__ inline void wgmma_m64n32k16_ss(float (&d)[4][4], uint64_t a_desc, uint64_t b_desc,
+                                          bool accumulate) {
 #if VERIFY_OPS_HAS_WGMMA
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  if constexpr (N_TILES == 8 && kBf16)
-    VERIFY_OPS_WGMMA_SS("m64n64k16", 32, "%32, %33", "%34", "bf16.bf16");
-  else if constexpr (N_TILES == 8)
-    VERIFY_OPS_WGMMA_SS("m64n64k16", 32, "%32, %33", "%34", "f16.f16");
-  else if constexpr (kBf16)
-    VERIFY_OPS_WGMMA_SS("m64n32k16", 16, "%16, %17", "%18", "bf16.bf16");
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    VERIFY_OPS_WGMMA_M64N32K16_SS("bf16.bf16");
   else
-    VERIFY_OPS_WGMMA_SS("m64n32k16", 16, "%16, %17", "%18", "f16.f16");
+    VERIFY_OPS_WGMMA_M64N32K16_SS("f16.f16");
 #endif
 }
 #undef VERIFY_OPS_WGMMA_M64N64K16_RS
-#undef VERIFY_OPS_WGMMA_SS
+#undef VERIFY_OPS_WGMMA_M64N32K16_SS
 #undef VERIFY_OPS_WGMMA_D16_LIST
 #undef VERIFY_OPS_WGMMA_D32_LIST
 #undef VERIFY_OPS_WGMMA_D16_OPERANDS
