@@ -592,7 +592,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   };
   // O += P V of the tile in `stage`, P from registers as 16-bit pairs; issued
   // and committed, not waited for.
-  using PFrag = uint32_t[Cfg::kWarpgroupMma ? kNTiles / 2 : 1][4];
+  using PFrag = uint32_t[kNTiles / 2][4];
   auto issue_pv = [&](int stage, const PFrag& p_frag) {
     if constexpr (Cfg::kWarpgroupMma) {
       const uint64_t v_tile_desc = sw128_descriptor(v_stage_of(stage));
@@ -623,16 +623,36 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         o[i][2 * h + 1] *= fold.rescale[h];
       }
   };
+  // A tile's probabilities against each row's reference max `ref` (log2
+  // units), as MMA A fragments (16-bit pairs), and this thread's share of each
+  // row's sum of them. Two partial sums per row halve the chain of dependent adds.
+  auto exponentiate = [&](const float (&s)[kNTiles][4], const float (&ref)[2], PFrag& p_frag,
+                          float (&sum)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float part[2] = {0.f, 0.f};
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+        const float p0 = fast_exp2(s[n][2 * h] * p.scale_log2 - ref[h]);
+        const float p1 = fast_exp2(s[n][2 * h + 1] * p.scale_log2 - ref[h]);
+        part[0] += p0;
+        part[1] += p1;
+        p_frag[n / 2][2 * (n % 2) + h] = pack_pair<T>(p0, p1);
+      }
+      sum[h] = part[0] + part[1];
+    }
+  };
   // Masks a tile's raw scores, folds them (scaled) into the running max and
-  // sum, and turns them into probabilities in place. Masking is a separate
-  // pass, taken only by tiles that reach the drafts or the split's end, so the
+  // sum, and writes their probabilities to p_frag. Masking is a separate pass,
+  // taken only by tiles that reach the drafts or the split's end, so the
   // common path stays free of branches. With wgmma, O must then be rescaled
   // (after a wait) if the reference max moved for a row of the warp. The
   // scale is positive (the host sees to it), so it applies to the tile max
   // and inside each exponent's FFMA, not as a multiply per score.
-  auto fold_scores = [&](float (&s)[kNTiles][4], int tile) {
+  auto fold_scores = [&](float (&s)[kNTiles][4], PFrag& p_frag, int tile) {
     const int tile_first = tile * kBlockN;
-    if (tile_first + kBlockN > split_prefix || tile_first + kBlockN > split_tokens) {
+    const bool masked = tile_first + kBlockN > split_prefix || tile_first + kBlockN > split_tokens;
+    if (masked) {
       // Tile-relative bounds: keys at or past keys_left do not exist, and key
       // draft_begin + j is draft j.
       const int keys_left = min(split_tokens - tile_first, kBlockN);
@@ -663,10 +683,26 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         }
       }
     }
+    Fold fold;
+    fold.max_moved = false;
+    float sum[2];
+    // The common tile: unmasked, past the split's first (which was unmasked
+    // too, so every row's max is finite). Its exponentials go first, against
+    // row_max; the tile max, two shuffles and a vote later, is needed only
+    // where a probability may exceed 2^15 (fp16's range ends at 65504): a sum
+    // of them above that bound sends the warp to the full path below.
+    constexpr float kFastSumBound = 32768.f;
+    if (!masked && tile > 0) {
+      exponentiate(s, row_max, p_frag, sum);
+      if (!__any_sync(0xffffffff, sum[0] > kFastSumBound || sum[1] > kFastSumBound)) {
+        row_sum[0] += sum[0];
+        row_sum[1] += sum[1];
+        return fold;
+      }
+    }
     // Exponents are taken against row_max, which moves only when a row's
     // max passes it by more than kMaxGrowthLog2: P then stays below 2^8,
-    // exact enough in 16 bits, and O (which wgmma may still be writing) needs
-    // rescaling on few tiles.
+    // and O (which wgmma may still be writing) needs rescaling on few tiles.
     constexpr float kMaxGrowthLog2 = 8.f;
     float tile_max[2];
     bool row_moves[2];
@@ -678,7 +714,6 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       tile_max[h] = quad_max(m) * p.scale_log2;
       row_moves[h] = tile_max[h] > row_max[h] + kMaxGrowthLog2;  // -inf + 8 is -inf
     }
-    Fold fold;
     fold.max_moved = __any_sync(0xffffffff, row_moves[0] || row_moves[1]);
     if (fold.max_moved) {
 #pragma unroll
@@ -696,31 +731,14 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         fold.max_moved = false;
       }
     }
+    // Where row_max is still -inf so is every score: use 0 so exp2 stays finite.
+    float ref[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      // Where row_max is still -inf so is every score: use 0 so exp2 stays finite.
-      const float ref = row_max[h] == -INFINITY ? 0.f : row_max[h];
-      // Two partial sums halve the chain of dependent adds.
-      float sum[2] = {0.f, 0.f};
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pr = fast_exp2(s[n][2 * h + e] * p.scale_log2 - ref);
-          s[n][2 * h + e] = pr;
-          sum[e] += pr;
-        }
-      }
-      row_sum[h] += sum[0] + sum[1];
-    }
+    for (int h = 0; h < 2; ++h) ref[h] = row_max[h] == -INFINITY ? 0.f : row_max[h];
+    exponentiate(s, ref, p_frag, sum);
+    row_sum[0] += sum[0];
+    row_sum[1] += sum[1];
     return fold;
-  };
-  // P, the probabilities in the score accumulators, as MMA A fragments.
-  auto pack_p = [&](const float (&s)[kNTiles][4], int kk, uint32_t (&pa)[4]) {
-    pa[0] = pack_pair<T>(s[2 * kk][0], s[2 * kk][1]);
-    pa[1] = pack_pair<T>(s[2 * kk][2], s[2 * kk][3]);
-    pa[2] = pack_pair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    pa[3] = pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
   };
 
   if constexpr (kScoresAhead) {
@@ -754,14 +772,12 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         refill(tile);     // into the stage of tile - 2
       }
       issue_qk(s_next, (tile + 1) % Cfg::kStages);
-      const Fold fold = fold_scores(s_now, tile);
+      const Fold fold = fold_scores(s_now, p_now, tile);
       if (max_moved_in_warpgroup(fold.max_moved)) {
         wgmma_wait<0>();
         pin_registers(o);
         rescale_o(fold);
       }
-#pragma unroll
-      for (int kk = 0; kk < kNTiles / 2; ++kk) pack_p(s_now, kk, p_now[kk]);
       issue_pv(tile % Cfg::kStages, p_now);
       // The scores of tile + 1 and P V of tile - 1. After the issue of P V, so
       // that ptxas cannot move this wait above the softmax.
@@ -809,7 +825,9 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         wgmma_wait<0>();
       }
       pin_registers(s);
-      const Fold fold = fold_scores(s, tile);
+      // P goes to registers of its own: the last tile's P V may still read p_frag.
+      PFrag p_tile;
+      const Fold fold = fold_scores(s, p_tile, tile);
       // The last tile's P V: O may be rescaled, a stage refilled. ptxas 13.0
       // moves this wait above the softmax, so the two do not overlap here.
       wgmma_wait<0>();
@@ -817,7 +835,9 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       refill(tile);  // into the stage of tile - 1, or tile - 2 with two warpgroups
       rescale_o(fold);
 #pragma unroll
-      for (int kk = 0; kk < kNTiles / 2; ++kk) pack_p(s, kk, p_frag[kk]);
+      for (int kk = 0; kk < kNTiles / 2; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) p_frag[kk][i] = p_tile[kk][i];
     }
     if (num_tiles > 0) {
       issue_pv((num_tiles - 1) % Cfg::kStages, p_frag);
@@ -854,18 +874,17 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
             mma_16816<T>(s[2 * n2 + 1], a_reg, kb[2], kb[3]);
           }
         }
-        fold_scores(s, tile);
+        PFrag p_frag;
+        fold_scores(s, p_frag, tile);
 #pragma unroll
         for (int kk = 0; kk < kNTiles / 2; ++kk) {
-          uint32_t pa[4];
-          pack_p(s, kk, pa);
           const int vrow = key0 + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
 #pragma unroll
           for (int d2 = 0; d2 < kDTiles / 2; ++d2) {
             uint32_t vb[4];
             ldmatrix_x4_trans(vb, v_stage + tile_offset(vrow, d2 * 2 + (lane >> 4)));
-            mma_16816<T>(o[2 * d2], pa, vb[0], vb[1]);
-            mma_16816<T>(o[2 * d2 + 1], pa, vb[2], vb[3]);
+            mma_16816<T>(o[2 * d2], p_frag[kk], vb[0], vb[1]);
+            mma_16816<T>(o[2 * d2 + 1], p_frag[kk], vb[2], vb[3]);
           }
         }
       }

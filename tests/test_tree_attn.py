@@ -1,6 +1,7 @@
 """verify.tree_attn against the float64 reference, on every device present."""
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -62,6 +63,30 @@ def test_tree_shapes(device, num_drafts, tree):
     case = make_case([0, 1, 130], num_drafts, 8, 1, 128, device=device, tree=tree,
                      seed=num_drafts)
     check(case, TOL[torch.bfloat16])
+
+
+# (D, group, head_dim, dtype): 16, 64 and 128 rows per KV head, each head dim,
+# and fp16, whose range (65504) bounds the probabilities the kernels accept.
+@pytest.mark.parametrize("num_drafts,group,head_dim,dtype", [
+    (8, 2, 128, torch.bfloat16), (8, 8, 128, torch.bfloat16), (16, 8, 128, torch.bfloat16),
+    (16, 8, 128, torch.float16), (16, 8, 64, torch.bfloat16), (16, 8, 256, torch.bfloat16)])
+def test_scores_that_jump_along_the_context(device, num_drafts, group, head_dim, dtype):
+    """Every 97 keys each score steps up by 2^24 (in softmax weight), seven
+    times, then falls back: the running max keeps moving past the CUDA
+    kernels' bounds (2^8 to move it, 2^15 for a probability), so their short
+    path falls back to the full one and O is rescaled, tile after tile."""
+    case = make_case([9000, 1, 2500], num_drafts, 2 * group, 2, head_dim, dtype=dtype,
+                     device=device, seed=head_dim + num_drafts + group)
+    # q . k gains q0 * k0 = (top / 7) * level * log2 units per softmax weight doubling.
+    top = 7 * 24 / (case.sm_scale * math.log2(math.e))
+    q0 = math.sqrt(top)
+    case.q[:, :, 0] += q0
+    for b, prefix in enumerate(case.seq_lens.tolist()):
+        total = prefix + num_drafts
+        slots = case.req_to_token[case.req_pool_indices[b], :total].long()
+        level = torch.arange(total, device=device) // 97 % 8
+        case.k_cache[slots, :, 0] += (level * (top / q0 / 7)).to(dtype)[:, None]
+    check(case, TOL[dtype])
 
 
 def test_mixed_index_dtypes(device):
