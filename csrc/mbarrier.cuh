@@ -1,8 +1,8 @@
 // Shared-memory barriers of sm_90 for the warp-specialized kernel: mbarriers
 // that a producer warpgroup and the consumer warpgroups hand stages through,
 // named barriers (among the producer's warps; for the stage that held Q; a
-// vote within a warpgroup), and the register split between the two roles
-// (setmaxnreg).
+// vote within a warpgroup; turns on the tensor cores), and the register split
+// between the two roles (setmaxnreg).
 #pragma once
 
 #include <cstdint>
@@ -43,16 +43,18 @@ __device__ inline void mbarrier_wait(uint32_t bar, uint32_t parity) {
 #endif
 }
 
-// Barrier `id` (not 0, which __syncthreads uses) among `threads` threads.
-__device__ inline void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+// Barrier ID (not 0, which __syncthreads uses) among THREADS threads. The
+// id is an immediate: with an id in a register ptxas reserves all 16.
+template <int ID, int THREADS>
+__device__ inline void named_barrier_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
 }
-// Counts this thread toward barrier `id` without waiting for the others.
-__device__ inline void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+// Counts this thread toward barrier ID without waiting for the others.
+template <int ID, int THREADS>
+__device__ inline void named_barrier_arrive() {
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
 }
-// Whether `pred` holds for any of the THREADS threads that meet at barrier
-// ID (an immediate: with an id in a register ptxas reserves all 16).
+// Whether `pred` holds for any of the THREADS threads that meet at barrier ID.
 template <int ID, int THREADS>
 __device__ inline bool named_barrier_any(bool pred) {
   uint32_t any;

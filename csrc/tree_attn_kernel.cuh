@@ -476,7 +476,8 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // that stage (or at its end, so that the barrier completes).
   constexpr int kQReadBarrier = 2;
   constexpr bool kQStageHandover = kWarpSpecialized && Cfg::kQInRegisters;
-  // Named barriers 3 and 4: each consumer warpgroup's vote (kScoresAhead).
+  // Named barriers 3 and 4: each consumer warpgroup's vote (kScoresAhead);
+  // 5 and 6 their turns (kPingPong, below).
   constexpr int kMaxVoteBarrier = 3;
   if constexpr (kWarpSpecialized) {
     if (tid < Cfg::kStages) {
@@ -512,9 +513,9 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         if (tile >= Cfg::kStages)
           mbarrier_wait(empty_barrier(tile), (tile / Cfg::kStages - 1) & 1);
         if (kQStageHandover && tile == Cfg::kStages - 1)
-          named_barrier_sync(kQReadBarrier, Cfg::kThreads);
+          named_barrier_sync<kQReadBarrier, Cfg::kThreads>();
         cp_async_wait<kSlotLead - 1>();  // this tile's slots
-        named_barrier_sync(1, Cfg::kLoadThreads);
+        named_barrier_sync<1, Cfg::kLoadThreads>();
         issue_tile(tile);
         cp_async_mbarrier_arrive(full_barrier(tile));
         load_slots(tile + kSlotLead);
@@ -522,7 +523,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       }
       cp_async_wait<0>();  // no copy outlives its thread
       if (kQStageHandover && num_tiles < Cfg::kStages)
-        named_barrier_sync(kQReadBarrier, Cfg::kThreads);
+        named_barrier_sync<kQReadBarrier, Cfg::kThreads>();
       return;
     }
     grow_registers<Cfg::kConsumerRegisters>();
@@ -557,7 +558,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     for (int ks = 0; ks < kKSteps; ++ks) ldmatrix_x4(q_frag[ks], q_frag_addr(ks));
     // A loop step soon refills the stage that held Q.
     if constexpr (kQStageHandover)
-      named_barrier_arrive(kQReadBarrier, Cfg::kThreads);
+      named_barrier_arrive<kQReadBarrier, Cfg::kThreads>();
     else
       __syncthreads();
   }
@@ -759,6 +760,27 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       return warp / 4 == 0 ? named_barrier_any<kMaxVoteBarrier, 128>(warp_moved)
                            : named_barrier_any<kMaxVoteBarrier + 1, 128>(warp_moved);
     };
+    // At head_dim 64 the two warpgroups take turns on the tensor cores
+    // (FA3's ping-pong): a turn issues P V of tile t and the scores of tile
+    // t + 2, so that one warpgroup's MMAs run while the other does its
+    // softmax. Warpgroup 0 goes first; named barrier kTurnBarrier + g is
+    // warpgroup g's turn. At 128, where the MMAs take twice as long per
+    // score, the turns cost more than they overlap (NOTES v14.1).
+    constexpr bool kPingPong = kWarpSpecialized && HEAD_DIM == 64;
+    constexpr int kTurnBarrier = 5;
+    const bool first_warpgroup = warp / 4 == 0;
+    auto wait_turn = [&]() {
+      if constexpr (kPingPong) {
+        if (first_warpgroup) named_barrier_sync<kTurnBarrier, Cfg::kConsumerThreads>();
+        else named_barrier_sync<kTurnBarrier + 1, Cfg::kConsumerThreads>();
+      }
+    };
+    auto pass_turn = [&]() {
+      if constexpr (kPingPong) {
+        if (first_warpgroup) named_barrier_arrive<kTurnBarrier + 1, Cfg::kConsumerThreads>();
+        else named_barrier_arrive<kTurnBarrier, Cfg::kConsumerThreads>();
+      }
+    };
     auto step = [&](int tile, float (&s_now)[kNTiles][4], float (&s_next)[kNTiles][4],
                     PFrag& p_now) {
       if constexpr (kWarpSpecialized) {
@@ -772,12 +794,14 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         refill(tile);     // into the stage of tile - 2
       }
       issue_qk(s_next, (tile + 1) % Cfg::kStages);
+      if (tile > 0) pass_turn();
       const Fold fold = fold_scores(s_now, p_now, tile);
       if (max_moved_in_warpgroup(fold.max_moved)) {
         wgmma_wait<0>();
         pin_registers(o);
         rescale_o(fold);
       }
+      wait_turn();
       issue_pv(tile % Cfg::kStages, p_now);
       // The scores of tile + 1 and P V of tile - 1. After the issue of P V, so
       // that ptxas cannot move this wait above the softmax.
@@ -798,6 +822,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       }
       issue_qk(s_even, 0);
       wgmma_wait<0>();
+      if (!first_warpgroup) pass_turn();
     }
     // No branch inside the pair: ptxas serializes wgmma (C7513) where register
     // copies at a join touch the P of a P V in flight.
@@ -807,6 +832,8 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       step(tile + 1, s_odd, s_even, p_odd);
     }
     if (tile < num_tiles) step(tile, s_even, s_odd, p_even);
+    // Warpgroup 1's last turn waits for warpgroup 0's last one to end.
+    if (num_tiles > 0 && first_warpgroup) pass_turn();
     wgmma_wait<0>();
     pin_registers(o);
   } else if constexpr (kWgmma) {

@@ -5,7 +5,8 @@
 Covers the split-KV path (long requests), the direct-write path (short ones),
 an empty prefix, GQA with a partial 128-row tile (on sm_90a two warpgroups
 of wgmma fed by a producer warpgroup through mbarriers, at head_dim 64 and
-128), wgmma with Q from shared memory (head_dim 64 and 256), the key-split
+128; at 64 they take turns), a four-warp wgmma tile, wgmma with Q from
+shared memory (head_dim 256), the key-split
 warps (2 and 4 warps share a KV tile) and both merge kernels (up to
 64 splits, and more); exits non-zero if a result is wrong.
 """
@@ -22,7 +23,7 @@ from verify_ops.reference import relative_error, tree_attn_ref
 # (prefix lengths, D, Hq, Hkv, head_dim)
 CASES = [
     ([40_000, 0, 3], 16, 12, 2, 128),  # 96 rows: one 128-row tile; wgmma
-    ([9_000, 2], 8, 16, 2, 64),        # 64 rows: wgmma, Q from shared memory
+    ([9_000, 2], 8, 16, 2, 64),        # 64 rows: one four-warp wgmma tile
     ([3_000, 5], 20, 16, 2, 64),       # 160 rows: two 128-row tiles at head_dim 64
     ([7_000, 1], 12, 16, 2, 256),      # 96 rows: one 128-row tile at head_dim 256
     ([20_000, 1], 8, 8, 2, 128),       # 32 rows: key split 2; > 64 splits
