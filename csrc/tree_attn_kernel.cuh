@@ -419,7 +419,8 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // then keeps no 64-bit positions live and compares in one instruction.
   // split_prefix, the first draft's offset, lies in [1 - D, split_tokens].
   const int split_tokens = static_cast<int>(kv_end - kv_begin);
-  const int split_prefix = static_cast<int>(min(prefix - kv_begin, static_cast<int64_t>(split_tokens)));
+  const int split_prefix =
+      static_cast<int>(min(prefix - kv_begin, static_cast<int64_t>(split_tokens)));
   const int num_tiles = (split_tokens + kBlockN - 1) / kBlockN;
   auto load_slots = [&](int tile) {
     if (loads && load_tid < kBlockN) {
