@@ -77,7 +77,7 @@ def test_scores_that_jump_along_the_context(device, num_drafts, group, head_dim,
     path falls back to the full one and O is rescaled, tile after tile."""
     case = make_case([9000, 1, 2500], num_drafts, 2 * group, 2, head_dim, dtype=dtype,
                      device=device, seed=head_dim + num_drafts + group)
-    # q . k gains q0 * k0 = (top / 7) * level * log2 units per softmax weight doubling.
+    # q . k gains q0 * k0 = level * top / 7: 24 * level in log2 units once scaled.
     top = 7 * 24 / (case.sm_scale * math.log2(math.e))
     q0 = math.sqrt(top)
     case.q[:, :, 0] += q0
