@@ -16,9 +16,18 @@ __device__ inline void mbarrier_init(uint32_t bar, int arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
 #endif
 }
-__device__ inline void mbarrier_arrive(uint32_t bar) {
+// One arrival for the whole (converged) warp, from the lane elect.sync picks:
+// no lane index is kept live across the caller's loop (the head_dim-128
+// consumers spilled theirs and reloaded it every step).
+__device__ inline void mbarrier_arrive_once_per_warp(uint32_t bar) {
 #if VERIFY_OPS_HAS_WGMMA
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+  asm volatile(
+      "{\n"
+      ".reg .pred leader;\n"
+      "elect.sync _|leader, 0xffffffff;\n"
+      "@leader mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+      "}\n" ::"r"(bar)
+      : "memory");
 #endif
 }
 // Arrives once every cp.async this thread has issued so far has landed; the

@@ -809,7 +809,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       wgmma_wait<1>();
       pin_registers(s_next);
       if constexpr (kWarpSpecialized) {
-        if (tile > 0 && lane == 0) mbarrier_arrive(empty_barrier(tile - 1));
+        if (tile > 0) mbarrier_arrive_once_per_warp(empty_barrier(tile - 1));
       }
     };
     if (num_tiles > 0) {
