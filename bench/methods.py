@@ -105,16 +105,15 @@ def prepare_sdpa(w: Workload) -> list[LayerCall]:
     return calls
 
 
-_flex_compiled = None
-
-
 def prepare_flex(w: Workload) -> list[LayerCall]:
     """FlexAttention, compiled, with the tree as a mask_mod and the block mask built beforehand."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    global _flex_compiled
-    if _flex_compiled is None:
-        _flex_compiled = torch.compile(flex_attention, dynamic=False)
+    # Each case is a new static shape, so a compile of its own: past dynamo's
+    # recompile limit (8) one shared compiled function falls back to eager
+    # flex_attention, which cannot be captured in a CUDA graph.
+    torch._dynamo.reset()
+    flex_compiled = torch.compile(flex_attention, dynamic=False)
     s = w.shape
     tree_mask = w.tree_mask
 
@@ -129,8 +128,8 @@ def prepare_flex(w: Workload) -> list[LayerCall]:
         q, k, v = _gathered(w, layer)
 
         def call(q=q, k=k, v=v):
-            out = _flex_compiled(q, k, v, block_mask=block_mask, scale=w.sm_scale,
-                                 enable_gqa=True)
+            out = flex_compiled(q, k, v, block_mask=block_mask, scale=w.sm_scale,
+                                enable_gqa=True)
             return _as_rows(out)
         calls.append(call)
     return calls
