@@ -3,9 +3,28 @@
 from __future__ import annotations
 
 import statistics
+import time
 from typing import Callable, Sequence
 
 import torch
+
+# Under sustained load the H200's power cap lowers its SM clock within about
+# 50 ms: a tensor-core-heavy case ran at 1.68 GHz for its first replays, then
+# at 1.45-1.53, and an 8192^3 matmul went from 790 to 684 TFLOP/s
+# (bench/NOTES.md, "What picked the bimodal mode"). So a timing first runs its
+# load for SETTLE_S, and samples the sustained state a model's steady decoding
+# runs in, not whichever state the GPU happened to be in.
+SETTLE_S = 0.3
+
+
+def settle(run: Callable[[], object], min_runs: int = 3, seconds: float = SETTLE_S) -> None:
+    """Runs ``run`` (synchronizing after each, so that wall time is GPU time)
+    ``min_runs`` times and for at least ``seconds``."""
+    start, runs = time.perf_counter(), 0
+    while runs < min_runs or time.perf_counter() - start < seconds:
+        run()
+        torch.cuda.synchronize()
+        runs += 1
 
 
 def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
@@ -23,10 +42,11 @@ def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
 
 
 def median_replay_us_per_layer(graph: torch.cuda.CUDAGraph, num_layers: int,
-                               replays: int = 15, warmup: int = 3) -> float:
-    """Median µs of one replay of ``graph`` divided by the ``num_layers`` layers it runs."""
-    for _ in range(warmup):
-        graph.replay()
+                               replays: int = 15, warmup: int = 3,
+                               settle_s: float = SETTLE_S) -> float:
+    """Median µs of one replay of ``graph`` divided by the ``num_layers`` layers
+    it runs, after at least ``warmup`` replays and ``settle_s`` seconds of them."""
+    settle(graph.replay, warmup, settle_s)
     samples = []
     for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -39,7 +59,7 @@ def median_replay_us_per_layer(graph: torch.cuda.CUDAGraph, num_layers: int,
 
 
 def time_per_layer_us(layer_calls: Sequence[Callable[[], object]], replays: int = 15,
-                      warmup: int = 3) -> float:
+                      warmup: int = 3, settle_s: float = SETTLE_S) -> float:
     """Median µs per layer: one CUDA graph calls every layer once, as a model's step does.
 
     Each layer owns its KV buffers, so L2 stays cold across layers, and the
@@ -50,17 +70,17 @@ def time_per_layer_us(layer_calls: Sequence[Callable[[], object]], replays: int 
             call()
 
     graph = capture_graph(step)
-    us = median_replay_us_per_layer(graph, len(layer_calls), replays, warmup)
+    us = median_replay_us_per_layer(graph, len(layer_calls), replays, warmup, settle_s)
     del graph
     return us
 
 
-def copy_bandwidth_bytes_per_s(nbytes: int = 4 << 30, replays: int = 10) -> float:
+def copy_bandwidth_bytes_per_s(nbytes: int = 4 << 30, replays: int = 10,
+                               settle_s: float = SETTLE_S) -> float:
     """Device-to-device copy rate, counting bytes read plus bytes written."""
     src = torch.randn(nbytes // 4, device="cuda")
     dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
+    settle(lambda: dst.copy_(src), 3, settle_s)
     samples = []
     for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -72,12 +92,12 @@ def copy_bandwidth_bytes_per_s(nbytes: int = 4 << 30, replays: int = 10) -> floa
     return 2 * nbytes / statistics.median(samples)
 
 
-def matmul_flops_per_s(n: int = 8192, replays: int = 10) -> float:
-    """Dense bf16 matmul rate on random data."""
+def matmul_flops_per_s(n: int = 8192, replays: int = 10, settle_s: float = SETTLE_S) -> float:
+    """Dense bf16 matmul rate on random data (``settle_s=0``: the rate of a
+    short burst, before the power cap lowers the clock)."""
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
+    settle(lambda: a @ b, 3, settle_s)
     samples = []
     for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
