@@ -12,9 +12,9 @@ Each backend is driven as SGLang's decode graph runner drives it
 captured in ONE CUDA graph that calls ``backend.forward`` once per layer. N
 layers stream >= 4x the L2 (8..64, as bench/workload.py); the time is a
 replay's divided by N, median of the replays after 0.3 s of warm-up replays
-(bench/timing.py's method, on the graph that was checked). Before timing, every layer's output of
-a replay is checked against the float64 reference (relative error < 1e-2); a
-failed check stops the run.
+(bench/timing.py's method, on the graph that was checked). Before timing,
+every layer's output of a replay is checked against the float64 reference
+(relative error < 1e-2); a failed check stops the run.
 """
 
 from __future__ import annotations
