@@ -89,6 +89,25 @@ void launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, int smem_
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, params));
 }
 
+// Shared memory a merge CTA reserves, unused, so that no SM holds two: merge
+// CTAs launch early (PDL) onto the first SMs the attention grid frees, and
+// without it a one-wave merge grid crowds onto about a quarter of the SMs
+// (NOTES, v14.3). Only where the merge grid fits on the SMs, so that it
+// stays one wave.
+template <auto kMergeKernel>
+int merge_spread_smem(int device, int64_t merge_ctas) {
+  if (merge_ctas > device_attribute<cudaDevAttrMultiProcessorCount>(device)) return 0;
+  static std::mutex mu;
+  static std::vector<int> table;
+  return cached_per_device(table, mu, device, [&] {
+    const int more_than_half_an_sm =
+        device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(device) / 2 + 1;
+    C10_CUDA_CHECK(cudaFuncSetAttribute(
+        kMergeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, more_than_half_an_sm));
+    return more_than_half_an_sm;
+  });
+}
+
 // A cache's bytes between pool slots; a one-slot pool may carry any stride,
 // and only slot 0 is ever read from it.
 int64_t slot_bytes(const at::Tensor& cache) {
@@ -147,13 +166,18 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
                    Cfg::kSmemBytes, stream, device, params);
 
   if (params.num_splits > kFewSplits) {
-    launch_dependent(merge_splits_kernel<T, HEAD_DIM>, dim3(n_rows, HEAD_DIM / kMergeDims),
-                     kMergeThreads, 0, stream, device, params);
+    constexpr auto merge = merge_splits_kernel<T, HEAD_DIM>;
+    const dim3 merge_grid(n_rows, HEAD_DIM / kMergeDims);
+    launch_dependent(merge, merge_grid, kMergeThreads,
+                     merge_spread_smem<merge>(device, int64_t{merge_grid.x} * merge_grid.y),
+                     stream, device, params);
   } else if (params.num_splits > 1) {
+    constexpr auto merge = merge_few_splits_kernel<T, HEAD_DIM>;
     const int rows_per_cta =
         kFewSplitThreads / (few_split_lanes(params.num_splits, HEAD_DIM) * (HEAD_DIM / 4));
-    launch_dependent(merge_few_splits_kernel<T, HEAD_DIM>, dim3(ceil_div64(n_rows, rows_per_cta)),
-                     kFewSplitThreads, 0, stream, device, params);
+    const int64_t merge_ctas = ceil_div64(n_rows, rows_per_cta);
+    launch_dependent(merge, dim3(merge_ctas), kFewSplitThreads,
+                     merge_spread_smem<merge>(device, merge_ctas), stream, device, params);
   }
 }
 
