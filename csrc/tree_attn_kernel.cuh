@@ -475,11 +475,15 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // Q held in registers was staged in the last stage: the consumers arrive
   // here once they have read it, and the producer waits before it refills
   // that stage (or at its end, so that the barrier completes).
-  constexpr int kQReadBarrier = 2;
   constexpr bool kQStageHandover = kWarpSpecialized && Cfg::kQInRegisters;
-  // Named barriers 3 and 4: each consumer warpgroup's vote (kScoresAhead);
-  // 5 and 6 their turns (kPingPong, below).
+  // Named barrier ids (0 is __syncthreads): the producer's threads before
+  // each tile's copies (1), the Q stage's hand-over (2), and per consumer
+  // warpgroup g its max vote (3 + g, kScoresAhead) and its turn (5 + g,
+  // kPingPong, below).
+  constexpr int kProducerBarrier = 1;
+  constexpr int kQReadBarrier = 2;
   constexpr int kMaxVoteBarrier = 3;
+  constexpr int kTurnBarrier = 5;
   if constexpr (kWarpSpecialized) {
     if (tid < Cfg::kStages) {
       mbarrier_init(full_barrier(tid), Cfg::kLoadThreads);
@@ -516,7 +520,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         if (kQStageHandover && tile == Cfg::kStages - 1)
           named_barrier_sync<kQReadBarrier, Cfg::kThreads>();
         cp_async_wait<kSlotLead - 1>();  // this tile's slots
-        named_barrier_sync<1, Cfg::kLoadThreads>();
+        named_barrier_sync<kProducerBarrier, Cfg::kLoadThreads>();
         issue_tile(tile);
         cp_async_mbarrier_arrive(full_barrier(tile));
         load_slots(tile + kSlotLead);
@@ -768,7 +772,6 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     // warpgroup g's turn. At 128, where the MMAs take twice as long per
     // score, the turns cost more than they overlap (NOTES v14.1).
     constexpr bool kPingPong = kWarpSpecialized && HEAD_DIM == 64;
-    constexpr int kTurnBarrier = 5;
     const bool first_warpgroup = warp / 4 == 0;
     auto wait_turn = [&]() {
       if constexpr (kPingPong) {
