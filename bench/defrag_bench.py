@@ -32,7 +32,7 @@ import verify_ops
 from verify_ops.cases import make_tree_masks
 from verify_ops.reference import relative_error, tree_attn_ref
 
-from .timing import copy_bandwidth_bytes_per_s, time_per_layer_us
+from .timing import copy_bandwidth_bytes_per_s, median_event_us, time_per_layer_us
 from .workload import Shape, make_workload
 
 CHECK_TOL = 1e-2
@@ -58,21 +58,6 @@ def parse_args(argv=None):
 def free_gpu():
     gc.collect()
     torch.cuda.empty_cache()
-
-
-def event_time_us(fn, repeats: int = 20, warmup: int = 3) -> float:
-    """Median µs of ``fn`` between CUDA events (eager launches)."""
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(samples)
 
 
 # -- (a) kernel: fragmented vs contiguous --------------------------------------
@@ -131,13 +116,13 @@ def relocation_part(num_layers: int, pool: int, hkv: int, hd: int, counts: list[
         perm = torch.randperm(pool - n, device="cuda")[:n] + n
         src, dst = perm, torch.arange(n, device="cuda")
         moved_bytes = 2 * n * num_layers * 2 * row_bytes  # K and V, read and written
-        us = event_time_us(lambda: verify_ops.relocate_kv(k, v, src, dst))
+        us = median_event_us(lambda: verify_ops.relocate_kv(k, v, src, dst), 20, settle_s=0)
 
         def torch_indexing():
             for cache in (*k, *v):
                 cache[dst] = cache[src]
 
-        torch_us = event_time_us(torch_indexing)
+        torch_us = median_event_us(torch_indexing, 20, settle_s=0)
         rate = moved_bytes / (us * 1e-6)
         rows.append({"slots": n, "layers": num_layers, "row_bytes": row_bytes,
                      "bytes": moved_bytes, "us": us, "bytes_per_s": rate,

@@ -27,6 +27,22 @@ def settle(run: Callable[[], object], min_runs: int = 3, seconds: float = SETTLE
         runs += 1
 
 
+def median_event_us(run: Callable[[], object], replays: int, warmup: int = 3,
+                    settle_s: float = SETTLE_S) -> float:
+    """Median µs of one ``run`` between CUDA events, after ``settle`` (at least
+    ``warmup`` runs and ``settle_s`` seconds of them)."""
+    settle(run, warmup, settle_s)
+    samples = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(samples)
+
+
 def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
     """One warm-up run on a side stream (compiles, allocator pools settle), then
     the capture of ``fn`` into a CUDA graph."""
@@ -46,16 +62,7 @@ def median_replay_us_per_layer(graph: torch.cuda.CUDAGraph, num_layers: int,
                                settle_s: float = SETTLE_S) -> float:
     """Median µs of one replay of ``graph`` divided by the ``num_layers`` layers
     it runs, after at least ``warmup`` replays and ``settle_s`` seconds of them."""
-    settle(graph.replay, warmup, settle_s)
-    samples = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / num_layers)
-    return statistics.median(samples)
+    return median_event_us(graph.replay, replays, warmup, settle_s) / num_layers
 
 
 def time_per_layer_us(layer_calls: Sequence[Callable[[], object]], replays: int = 15,
@@ -80,16 +87,8 @@ def copy_bandwidth_bytes_per_s(nbytes: int = 4 << 30, replays: int = 10,
     """Device-to-device copy rate, counting bytes read plus bytes written."""
     src = torch.randn(nbytes // 4, device="cuda")
     dst = torch.empty_like(src)
-    settle(lambda: dst.copy_(src), 3, settle_s)
-    samples = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3)
-    return 2 * nbytes / statistics.median(samples)
+    us = median_event_us(lambda: dst.copy_(src), replays, settle_s=settle_s)
+    return 2 * nbytes / (us / 1e6)
 
 
 def matmul_flops_per_s(n: int = 8192, replays: int = 10, settle_s: float = SETTLE_S) -> float:
@@ -97,13 +96,5 @@ def matmul_flops_per_s(n: int = 8192, replays: int = 10, settle_s: float = SETTL
     short burst, before the power cap lowers the clock)."""
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    settle(lambda: a @ b, 3, settle_s)
-    samples = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        a @ b
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3)
-    return 2 * n**3 / statistics.median(samples)
+    us = median_event_us(lambda: a @ b, replays, settle_s=settle_s)
+    return 2 * n**3 / (us / 1e6)
