@@ -1038,6 +1038,10 @@ struct MergeRow {
   int active_splits;  // 1: the attention kernel wrote the row itself
 };
 
+// The row's coordinates and split count, from the op's inputs only: a merge
+// kernel computes them, and its addresses, before it waits for the attention
+// grid (wait_for_primary_grid), which every CTA does, so that a merge grid
+// never completes before the attention grid.
 template <int HEAD_DIM>
 __device__ inline MergeRow merge_row(const TreeAttnParams& p, int64_t q_row) {
   allow_dependent_launch();  // what the stream runs next may queue behind this grid
@@ -1051,17 +1055,17 @@ __device__ inline MergeRow merge_row(const TreeAttnParams& p, int64_t q_row) {
   const int64_t prefix = load_index(p.seq_lens, p.lens_is_int64, b * p.lens_stride);
   row.active_splits = plan_splits(prefix + p.num_drafts, p.num_splits, p.split_min_tokens,
                                   TileConfig<HEAD_DIM>::kBlockN).active;
-  // Every CTA waits, so a merge grid never completes before the attention grid.
-  wait_for_primary_grid();
   return row;
 }
 
 // Merges the normalized split outputs of each (token, q head) row with their
 // LSEs when there are at most 64 splits. A row's threads, whole warps, each own
 // four of its dims for splits lane_split, lane_split + split lanes, ...
-// (at most kFewSplitsPerThread): every partial of the row is loaded at once,
-// so the merge costs one L2 latency however many splits there are. With more
-// splits than one thread holds, split lanes add up through shared memory.
+// (at most kFewSplitsPerThread), and load those partials and their LSEs at
+// once: the merge costs one L2 latency however many splits there are. Each
+// split lane weighs its splits against its own LSE max, so no thread waits
+// on another before its sums; with more than one split lane, they combine
+// through shared memory.
 constexpr int kFewSplits = 64;
 constexpr int kFewSplitThreads = 256;
 constexpr int kFewSplitsPerThread = 16;
@@ -1081,69 +1085,77 @@ __global__ void __launch_bounds__(kFewSplitThreads)
   static_assert(kFewSplits <= kFewSplitsPerThread * kFewSplitThreads / kColumns,
                 "a CTA must hold the splits of one row");
   __shared__ float4 lane_acc[kFewSplitThreads];
+  __shared__ float2 lane_max_and_sum[kFewSplitThreads];
   const int split_lanes = few_split_lanes(p.num_splits, HEAD_DIM);
   const int row_threads = split_lanes * kColumns;
-  const int tid = threadIdx.x, lane = tid % 32;
+  const int tid = threadIdx.x;
   const int column = tid % kColumns;
   const int lane_split = tid % row_threads / kColumns;
   const int64_t n_rows = static_cast<int64_t>(p.batch) * p.num_drafts * p.num_q_heads;
   const int64_t q_row = static_cast<int64_t>(blockIdx.x) * (kFewSplitThreads / row_threads) +
                         tid / row_threads;
-  // Every CTA has a row (the grid is rounded up by rows), so every CTA waits.
   MergeRow row{};
   if (q_row < n_rows) row = merge_row<HEAD_DIM>(p, q_row);
   // Uniform per warp: a warp holds threads of one row only.
   const bool merging = q_row < n_rows && row.active_splits > 1;
+  const int active = merging ? row.active_splits : 0;
+  // This thread's first split; the next are split_lanes apart.
+  const int64_t first = q_row * p.num_splits + lane_split;
+  const float* lse = p.partial_lse + first;
+  const T* part = static_cast<const T*>(p.partial_out) + first * HEAD_DIM + column * 4;
+  // Every CTA has a row (the grid is rounded up by rows), so every CTA waits.
+  wait_for_primary_grid();
 
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  float total_weight = 0.f;
+  float max_lse = -INFINITY, total_weight = 0.f;
   if (merging) {
-    const int active = row.active_splits;
-    const float* lse = p.partial_lse + q_row * p.num_splits;
-    const T* part =
-        static_cast<const T*>(p.partial_out) + q_row * p.num_splits * HEAD_DIM + column * 4;
     uint2 x[kFewSplitsPerThread];
+    float split_lse[kFewSplitsPerThread];
+    // Running pointers: one 64-bit add per split, no address rebuilt per load.
+    const T* part_k = part;
+    const float* lse_k = lse;
+    const int part_step = split_lanes * HEAD_DIM;
 #pragma unroll
     for (int k = 0; k < kFewSplitsPerThread; ++k) {
-      if (k * split_lanes >= active) break;  // the same step for the whole warp
-      const int s = lane_split + k * split_lanes;
-      x[k] = s < active ? load_four(part + s * HEAD_DIM) : make_uint2(0, 0);  // 0 is +0.0
-    }
-    // Each warp of the row weighs all splits itself: lane l holds splits l, l + 32.
-    float weight[2], max_lse = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      weight[i] = lane + 32 * i < active ? lse[lane + 32 * i] : -INFINITY;
-      max_lse = fmaxf(max_lse, weight[i]);
+      // Predicated, not branched: every load issues before any lands.
+      const bool in = lane_split + k * split_lanes < active;
+      x[k] = in ? load_four(part_k) : make_uint2(0, 0);  // +0.0
+      split_lse[k] = in ? *lse_k : -INFINITY;
+      part_k += part_step;
+      lse_k += split_lanes;
     }
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2)
-      max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffff, max_lse, off));
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      // All splits empty (a row that sees no key): every weight 0, output 0.
-      weight[i] = max_lse == -INFINITY ? 0.f : fast_exp2(weight[i] - max_lse);
-      total_weight += weight[i];
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2)
-      total_weight += __shfl_xor_sync(0xffffffff, total_weight, off);
+    for (int k = 0; k < kFewSplitsPerThread; ++k) max_lse = fmaxf(max_lse, split_lse[k]);
 #pragma unroll
     for (int k = 0; k < kFewSplitsPerThread; ++k) {
       if (k * split_lanes >= active) break;
-      // Past the last split x is zero, so the weight read there does not matter.
-      const int s = lane_split + k * split_lanes;
-      const float low = __shfl_sync(0xffffffff, weight[0], s % 32);
-      const float high = __shfl_sync(0xffffffff, weight[1], s % 32);
-      const float w = s < 32 ? low : high;
+      // Splits where the row sees no key, and all of them: weight 0.
+      const float w = max_lse == -INFINITY ? 0.f : fast_exp2(split_lse[k] - max_lse);
+      total_weight += w;
       add_scaled(acc, w, four_as_floats<T>(x[k]));
     }
   }
   if (split_lanes > 1) {  // the same for the whole grid
     lane_acc[tid] = acc;
+    lane_max_and_sum[tid] = make_float2(max_lse, total_weight);
     __syncthreads();
     if (!merging || lane_split != 0) return;
-    for (int l = 1; l < split_lanes; ++l) add_scaled(acc, 1.f, lane_acc[tid + l * kColumns]);
+    float row_max = max_lse;
+    for (int l = 1; l < split_lanes; ++l)
+      row_max = fmaxf(row_max, lane_max_and_sum[tid + l * kColumns].x);
+    // A split lane without a finite LSE (nor one at all) holds zeros.
+    auto scale_to_row = [&](float lane_max) {
+      return lane_max == -INFINITY ? 0.f : fast_exp2(lane_max - row_max);
+    };
+    const float own = scale_to_row(max_lse);
+    acc = make_float4(acc.x * own, acc.y * own, acc.z * own, acc.w * own);
+    total_weight *= own;
+    for (int l = 1; l < split_lanes; ++l) {
+      const float2 lane = lane_max_and_sum[tid + l * kColumns];
+      const float w = scale_to_row(lane.x);
+      add_scaled(acc, w, lane_acc[tid + l * kColumns]);
+      total_weight += w * lane.y;
+    }
   }
   if (!merging) return;
   const float inv = total_weight > 0.f ? 1.f / total_weight : 0.f;
@@ -1156,7 +1168,9 @@ __global__ void __launch_bounds__(kFewSplitThreads)
 // The same for more than kFewSplits splits. CTA (row, chunk) owns kMergeDims dims of
 // the row; its threads read all splits at once (kSplitLanes splits side by
 // side, kMergeUnroll deep), so the partials, which sit in L2, stream at the
-// memory's rate rather than its latency.
+// memory's rate rather than its latency. The first kSplitLanes * kMergeUnroll
+// partials load beside the LSEs, before the weights that scale them exist:
+// up to that many splits, the merge waits one L2 latency, not two.
 constexpr int kMergeThreads = 256;
 constexpr int kMergeDims = 32;
 constexpr int kMergeChunks = kMergeDims / 4;  // float4 per split and CTA
@@ -1164,6 +1178,9 @@ constexpr int kSplitLanes = kMergeThreads / kMergeChunks;
 constexpr int kMergeUnroll = 8;
 constexpr int kMaxSplits = 1024;
 constexpr int kLsePerThread = kMaxSplits / kMergeThreads;
+// Eight CTAs per SM (32 registers a thread) hold a 1024-CTA merge grid in one
+// wave on a 132-SM H200; at 40 registers it ran two (NOTES, v14.4).
+constexpr int kMergeCtasPerSm = 8;
 
 __device__ inline float block_reduce(float x, bool is_max, float* scratch) {
 #pragma unroll
@@ -1181,20 +1198,35 @@ __device__ inline float block_reduce(float x, bool is_max, float* scratch) {
 }
 
 template <typename T, int HEAD_DIM>
-__global__ void __launch_bounds__(kMergeThreads)
+__global__ void __launch_bounds__(kMergeThreads, kMergeCtasPerSm)
     merge_splits_kernel(const TreeAttnParams p) {
   const int64_t q_row = blockIdx.x;
   const int dim0 = blockIdx.y * kMergeDims;
   const int tid = threadIdx.x;
   const MergeRow row = merge_row<HEAD_DIM>(p, q_row);
   const int active = row.active_splits;
+  const float* lse = p.partial_lse + q_row * p.num_splits;
+  const int chunk = tid % kMergeChunks, lane_split = tid / kMergeChunks;
+  const T* part =
+      static_cast<const T*>(p.partial_out) + q_row * p.num_splits * HEAD_DIM + dim0 + chunk * 4;
+  wait_for_primary_grid();
   if (active == 1) return;
 
   __shared__ float weight[kMaxSplits];
   __shared__ float scratch[kMergeThreads / 32];
   __shared__ __align__(16) float lane_acc[kSplitLanes * kMergeDims];
 
-  const float* lse = p.partial_lse + q_row * p.num_splits;
+  // Splits s0, s0 + kSplitLanes, ... of this thread's lane, kMergeUnroll deep.
+  auto load_batch = [&](int s0, uint2 (&x)[kMergeUnroll]) {
+#pragma unroll
+    for (int u = 0; u < kMergeUnroll; ++u) {
+      const int s = s0 + u * kSplitLanes;
+      x[u] = s < active ? load_four(part + static_cast<int64_t>(s) * HEAD_DIM) : make_uint2(0, 0);
+    }
+  };
+  uint2 x[kMergeUnroll];
+  load_batch(lane_split, x);
+
   float my_lse[kLsePerThread];
   float max_lse = -INFINITY;
 #pragma unroll
@@ -1215,22 +1247,16 @@ __global__ void __launch_bounds__(kMergeThreads)
   }
   const float total_weight = block_reduce(my_weight, false, scratch);  // also syncs weight[]
 
-  const int chunk = tid % kMergeChunks, lane_split = tid / kMergeChunks;
-  const T* part =
-      static_cast<const T*>(p.partial_out) + q_row * p.num_splits * HEAD_DIM + dim0 + chunk * 4;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = lane_split; s0 < active; s0 += kSplitLanes * kMergeUnroll) {
-    uint2 x[kMergeUnroll];
-    float w[kMergeUnroll];
+  for (int s0 = lane_split;;) {
 #pragma unroll
     for (int u = 0; u < kMergeUnroll; ++u) {
       const int s = s0 + u * kSplitLanes;
-      const bool in = s < active;
-      w[u] = in ? weight[s] : 0.f;
-      x[u] = in ? load_four(part + static_cast<int64_t>(s) * HEAD_DIM) : make_uint2(0, 0);
+      add_scaled(acc, s < active ? weight[s] : 0.f, four_as_floats<T>(x[u]));
     }
-#pragma unroll
-    for (int u = 0; u < kMergeUnroll; ++u) add_scaled(acc, w[u], four_as_floats<T>(x[u]));
+    s0 += kSplitLanes * kMergeUnroll;
+    if (s0 >= active) break;
+    load_batch(s0, x);
   }
   *reinterpret_cast<float4*>(lane_acc + lane_split * kMergeDims + chunk * 4) = acc;
   __syncthreads();
