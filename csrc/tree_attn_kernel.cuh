@@ -1168,9 +1168,7 @@ __global__ void __launch_bounds__(kFewSplitThreads)
 // The same for more than kFewSplits splits. CTA (row, chunk) owns kMergeDims dims of
 // the row; its threads read all splits at once (kSplitLanes splits side by
 // side, kMergeUnroll deep), so the partials, which sit in L2, stream at the
-// memory's rate rather than its latency. The first kSplitLanes * kMergeUnroll
-// partials load beside the LSEs, before the weights that scale them exist:
-// up to that many splits, the merge waits one L2 latency, not two.
+// memory's rate rather than its latency.
 constexpr int kMergeThreads = 256;
 constexpr int kMergeDims = 32;
 constexpr int kMergeChunks = kMergeDims / 4;  // float4 per split and CTA
@@ -1178,9 +1176,6 @@ constexpr int kSplitLanes = kMergeThreads / kMergeChunks;
 constexpr int kMergeUnroll = 8;
 constexpr int kMaxSplits = 1024;
 constexpr int kLsePerThread = kMaxSplits / kMergeThreads;
-// Eight CTAs per SM (32 registers a thread) hold a 1024-CTA merge grid in one
-// wave on a 132-SM H200; at 40 registers it ran two (NOTES, v14.4).
-constexpr int kMergeCtasPerSm = 8;
 
 __device__ inline float block_reduce(float x, bool is_max, float* scratch) {
 #pragma unroll
@@ -1198,35 +1193,21 @@ __device__ inline float block_reduce(float x, bool is_max, float* scratch) {
 }
 
 template <typename T, int HEAD_DIM>
-__global__ void __launch_bounds__(kMergeThreads, kMergeCtasPerSm)
+__global__ void __launch_bounds__(kMergeThreads)
     merge_splits_kernel(const TreeAttnParams p) {
   const int64_t q_row = blockIdx.x;
   const int dim0 = blockIdx.y * kMergeDims;
   const int tid = threadIdx.x;
   const MergeRow row = merge_row<HEAD_DIM>(p, q_row);
-  const int active = row.active_splits;
-  const float* lse = p.partial_lse + q_row * p.num_splits;
-  const int chunk = tid % kMergeChunks, lane_split = tid / kMergeChunks;
-  const T* part =
-      static_cast<const T*>(p.partial_out) + q_row * p.num_splits * HEAD_DIM + dim0 + chunk * 4;
   wait_for_primary_grid();
+  const int active = row.active_splits;
   if (active == 1) return;
 
   __shared__ float weight[kMaxSplits];
   __shared__ float scratch[kMergeThreads / 32];
   __shared__ __align__(16) float lane_acc[kSplitLanes * kMergeDims];
 
-  // Splits s0, s0 + kSplitLanes, ... of this thread's lane, kMergeUnroll deep.
-  auto load_batch = [&](int s0, uint2 (&x)[kMergeUnroll]) {
-#pragma unroll
-    for (int u = 0; u < kMergeUnroll; ++u) {
-      const int s = s0 + u * kSplitLanes;
-      x[u] = s < active ? load_four(part + static_cast<int64_t>(s) * HEAD_DIM) : make_uint2(0, 0);
-    }
-  };
-  uint2 x[kMergeUnroll];
-  load_batch(lane_split, x);
-
+  const float* lse = p.partial_lse + q_row * p.num_splits;
   float my_lse[kLsePerThread];
   float max_lse = -INFINITY;
 #pragma unroll
@@ -1247,16 +1228,22 @@ __global__ void __launch_bounds__(kMergeThreads, kMergeCtasPerSm)
   }
   const float total_weight = block_reduce(my_weight, false, scratch);  // also syncs weight[]
 
+  const int chunk = tid % kMergeChunks, lane_split = tid / kMergeChunks;
+  const T* part =
+      static_cast<const T*>(p.partial_out) + q_row * p.num_splits * HEAD_DIM + dim0 + chunk * 4;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = lane_split;;) {
+  for (int s0 = lane_split; s0 < active; s0 += kSplitLanes * kMergeUnroll) {
+    uint2 x[kMergeUnroll];
+    float w[kMergeUnroll];
 #pragma unroll
     for (int u = 0; u < kMergeUnroll; ++u) {
       const int s = s0 + u * kSplitLanes;
-      add_scaled(acc, s < active ? weight[s] : 0.f, four_as_floats<T>(x[u]));
+      const bool in = s < active;
+      w[u] = in ? weight[s] : 0.f;
+      x[u] = in ? load_four(part + static_cast<int64_t>(s) * HEAD_DIM) : make_uint2(0, 0);
     }
-    s0 += kSplitLanes * kMergeUnroll;
-    if (s0 >= active) break;
-    load_batch(s0, x);
+#pragma unroll
+    for (int u = 0; u < kMergeUnroll; ++u) add_scaled(acc, w[u], four_as_floats<T>(x[u]));
   }
   *reinterpret_cast<float4*>(lane_acc + lane_split * kMergeDims + chunk * 4) = acc;
   __syncthreads();
