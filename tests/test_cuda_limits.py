@@ -81,8 +81,8 @@ def test_hundreds_of_splits():
 @pytest.mark.parametrize("lens", [[20_000, 5, 7, 9], [40_000]])
 def test_both_merges(lens):
     """32 rows on two KV heads: on a 132-SM H200, 33 splits for four requests
-    (the few-split merge, each lane's second weight in use) and 132 for one
-    (the split-parallel merge)."""
+    (the few-split merge, four split lanes per row, the first with a ninth
+    split) and 132 for one (the split-parallel merge)."""
     case = make_case(lens, 8, 8, 2, 128, device="cuda", tree="random", seed=len(lens))
     check_into_poisoned_out(case)
 
@@ -96,4 +96,16 @@ def test_merge_at_every_split_count(head_dim, num_kv_heads):
     is only partly filled."""
     case = make_case([6000, 1, 0], 5, 3 * num_kv_heads, num_kv_heads, head_dim, device="cuda",
                      tree="random", seed=num_kv_heads * 1000 + head_dim)
+    check_into_poisoned_out(case)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_merge_with_empty_split_lanes_and_unseen_splits(head_dim):
+    """The 6000-token request sets tens of splits; the others fill two to five,
+    so some split lanes of their merged rows hold no split. Draft 3 of request 1
+    sees its prefix only, while that request's last split holds only drafts: a
+    split LSE of -inf beside finite ones, alone in its lane or sharing it."""
+    case = make_case([6000, 256, 300, 140], 8, 8, 1, head_dim, device="cuda", tree="random",
+                     seed=head_dim + 7)
+    case.tree_mask[1, 3] = False
     check_into_poisoned_out(case)
