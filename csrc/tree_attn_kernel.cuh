@@ -1038,10 +1038,10 @@ struct MergeRow {
   int active_splits;  // 1: the attention kernel wrote the row itself
 };
 
-// The row's coordinates and split count, from the op's inputs only: a merge
-// kernel computes them, and its addresses, before it waits for the attention
-// grid (wait_for_primary_grid), which every CTA does, so that a merge grid
-// never completes before the attention grid.
+// The row's coordinates and split count, from the op's inputs only, so that
+// a merge kernel may compute them before it waits for the attention grid
+// (wait_for_primary_grid). Every merge CTA waits, so that a merge grid never
+// completes before the attention grid.
 template <int HEAD_DIM>
 __device__ inline MergeRow merge_row(const TreeAttnParams& p, int64_t q_row) {
   allow_dependent_launch();  // what the stream runs next may queue behind this grid
