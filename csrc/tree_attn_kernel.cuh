@@ -160,7 +160,7 @@ __device__ inline uint32_t pack_pair(float a, float b) {
 
 // Four consecutive elements of T, loaded as 8 raw bytes (8-byte aligned).
 // The merges convert them only where they use them, so that a loop of loads
-// with a `break` still issues every load before waiting for one.
+// issues every load before any conversion waits for one.
 template <typename T>
 __device__ inline uint2 load_four(const T* src) {
   return *reinterpret_cast<const uint2*>(src);
