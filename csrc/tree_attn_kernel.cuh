@@ -353,25 +353,29 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       return swizzled_slabs<Cfg::kBlockM>(row, chunk);
     else return swizzled_rows<HEAD_DIM>(row, chunk);
   };
-  // Q tile, before the index loads that Q does not need, so that both
-  // latencies overlap: row r is draft r / group of query head
-  // kv_head * group + r % group.
+  // The index loads issue first, both before either is used: the slot
+  // indices wait on them, and Q's copies, which need neither, issue during
+  // their latency (in the other order the Q loop delayed them, NOTES v14.5).
+  const int64_t prefix = load_index(p.seq_lens, p.lens_is_int64, b * p.lens_stride);
+  const int64_t req_row = load_index(p.req_pool_indices, p.rpi_is_int64, b * p.rpi_stride);
+  // Q tile: row r is draft r / group of query head kv_head * group + r % group.
+  // With a producer warpgroup the consumers copy it, and the producer goes
+  // straight on to the slot indices.
+  constexpr int kQThreads = Cfg::kProducerWarps > 0 ? Cfg::kConsumerThreads : Cfg::kThreads;
   const T* q_tile = static_cast<const T*>(p.q) +
                     static_cast<int64_t>(b) * p.num_drafts * p.q_stride_token +
                     static_cast<int64_t>(kv_head) * p.group * p.q_stride_head;
-  for (int i = tid; i < Cfg::kBlockM * Cfg::kChunks; i += Cfg::kThreads) {
-    const int r = i / Cfg::kChunks, c = i % Cfg::kChunks;
-    const int row = row0 + r;
-    const bool valid = row < p.rows_per_kv_head;
-    uint32_t draft = 0, head_in_group = 0;
-    if (valid) p.group_div.divmod(row, draft, head_in_group);
-    const T* src = q_tile + draft * p.q_stride_token + head_in_group * p.q_stride_head + c * 8;
-    cp_async_16(q_smem + q_offset(r, c), src, valid ? 16 : 0);
+  if (tid < kQThreads) {
+    for (int i = tid; i < Cfg::kBlockM * Cfg::kChunks; i += kQThreads) {
+      const int r = i / Cfg::kChunks, c = i % Cfg::kChunks;
+      const int row = row0 + r;
+      const bool valid = row < p.rows_per_kv_head;
+      uint32_t draft = 0, head_in_group = 0;
+      if (valid) p.group_div.divmod(row, draft, head_in_group);
+      const T* src = q_tile + draft * p.q_stride_token + head_in_group * p.q_stride_head + c * 8;
+      cp_async_16(q_smem + q_offset(r, c), src, valid ? 16 : 0);
+    }
   }
-
-  // Both loads issue before either is used: one memory latency, not two.
-  const int64_t prefix = load_index(p.seq_lens, p.lens_is_int64, b * p.lens_stride);
-  const int64_t req_row = load_index(p.req_pool_indices, p.rpi_is_int64, b * p.rpi_stride);
   const int64_t total = prefix + p.num_drafts;
   const SplitPlan plan =
       plan_splits(total, p.num_splits, p.split_min_tokens, kBlockN);
@@ -477,13 +481,14 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // that stage (or at its end, so that the barrier completes).
   constexpr bool kQStageHandover = kWarpSpecialized && Cfg::kQInRegisters;
   // Named barrier ids (0 is __syncthreads): the producer's threads before
-  // each tile's copies (1), the Q stage's hand-over (2), and per consumer
+  // each tile's copies (1), the Q stage's hand-over (2), per consumer
   // warpgroup g its max vote (3 + g, kScoresAhead) and its turn (5 + g,
-  // kPingPong, below).
+  // kPingPong, below), and the consumers once Q has landed (7).
   constexpr int kProducerBarrier = 1;
   constexpr int kQReadBarrier = 2;
   constexpr int kMaxVoteBarrier = 3;
   constexpr int kTurnBarrier = 5;
+  constexpr int kQLandedBarrier = 7;
   if constexpr (kWarpSpecialized) {
     if (tid < Cfg::kStages) {
       mbarrier_init(full_barrier(tid), Cfg::kLoadThreads);
@@ -492,12 +497,20 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   }
 
   // Prologue: Q and the first kSlotLead slot tiles, then kPrefetch KV tiles
-  // unless a producer loads them.
-  for (int t = 0; t < kSlotLead; ++t) load_slots(t);
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
-  if constexpr (!kWarpSpecialized) {
+  // unless a producer loads them. The producer commits one group per slot
+  // tile, so that its wait for tile t's slots (below) waits for those alone,
+  // not for the prologue's last; the consumers wait for Q themselves.
+  if constexpr (kWarpSpecialized) {
+    for (int t = 0; t < kSlotLead; ++t) {
+      load_slots(t);
+      cp_async_commit();
+    }
+    __syncthreads();  // the mbarriers are initialized
+  } else {
+    for (int t = 0; t < kSlotLead; ++t) load_slots(t);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
 #pragma unroll
     for (int t = 0; t < kPrefetch; ++t) {
       if (t < num_tiles) issue_tile(t);
@@ -511,8 +524,9 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       // the tile kStages before it in that stage, and each thread's arrival
       // on the stage's full barrier lands with its copies (no wait here, so
       // a tile is never held behind a later one). The slot ring is shared
-      // among the producer's threads: a group kSlotLead tiles old has landed
-      // long before, so its wait costs nothing.
+      // among the producer's threads: each waits for the group that holds
+      // tile t's slots (one group per slot tile, from the prologue on), then
+      // they meet.
       shrink_registers<Cfg::kProducerRegisters>();
       for (int tile = 0; tile < num_tiles; ++tile) {
         if (tile >= Cfg::kStages)
@@ -558,6 +572,10 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   auto q_frag_addr = [&](int ks) {
     return q_smem + q_offset(row_warp * 16 + (lane & 15), ks * 2 + (lane >> 4));
   };
+  if constexpr (kWarpSpecialized) {
+    cp_async_wait<0>();  // this thread's Q copies
+    named_barrier_sync<kQLandedBarrier, Cfg::kConsumerThreads>();  // everyone's
+  }
   if constexpr (Cfg::kQInRegisters) {
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) ldmatrix_x4(q_frag[ks], q_frag_addr(ks));
