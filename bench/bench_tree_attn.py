@@ -43,6 +43,9 @@ def parse_args(argv=None):
     p.add_argument("--heads", default="8/1/128,32/8/128,64/8/128,16/2/256,32/4/64",
                    help="Hq/Hkv/head_dim triples")
     p.add_argument("--layouts", default="fragmented,contiguous")
+    p.add_argument("--cases", default=None,
+                   help="explicit cases batch/context/drafts/Hq/Hkv/head_dim/layout, comma-"
+                        "separated, instead of the product of the five lists above")
     p.add_argument("--methods", default="verify_ops,triton,flex,sdpa")
     p.add_argument("--baseline-batches", default="1",
                    help="batches at which baselines run (they are slow); verify_ops runs at all")
@@ -55,6 +58,24 @@ def parse_args(argv=None):
 
 def ints(text):
     return [int(x) for x in text.split(",") if x]
+
+
+def parse_case(text: str) -> Shape:
+    """``batch/context/drafts/Hq/Hkv/head_dim/layout``, e.g. ``1/65536/16/64/8/128/fragmented``."""
+    fields = text.split("/")
+    if len(fields) != 7:
+        raise ValueError(f"a case is batch/context/drafts/Hq/Hkv/head_dim/layout, got {text!r}")
+    return Shape(*(int(x) for x in fields[:6]), fields[6])
+
+
+def shapes_of(args) -> list[Shape]:
+    if args.cases:
+        return [parse_case(c) for c in args.cases.split(",") if c]
+    heads = [tuple(int(x) for x in h.split("/")) for h in args.heads.split(",")]
+    return [Shape(batch, ctx, d, hq, hkv, hd, layout)
+            for batch, ctx, d, (hq, hkv, hd), layout in itertools.product(
+                ints(args.batches), ints(args.contexts), ints(args.drafts), heads,
+                args.layouts.split(","))]
 
 
 def run_case(shape: Shape, methods: list[str], ceilings: dict) -> dict:
@@ -158,19 +179,15 @@ def main(argv=None):
           f"TB/s, bf16 matmul {ceilings['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s (sustained: "
           f"{sustained['copy_bytes_per_s_sustained'] / 1e12:.2f} TB/s, "
           f"{sustained['matmul_flops_per_s_sustained'] / 1e12:.0f} TFLOP/s)", flush=True)
-    heads = [tuple(int(x) for x in h.split("/")) for h in args.heads.split(",")]
     meta = {"command": " ".join(["python -m bench.bench_tree_attn"] + (argv or sys.argv[1:])),
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "python": platform.python_version(), **ceilings, **sustained}
     rows = []
-    for batch, ctx, d, (hq, hkv, hd), layout in itertools.product(
-            ints(args.batches), ints(args.contexts), ints(args.drafts), heads,
-            args.layouts.split(",")):
-        shape = Shape(batch, ctx, d, hq, hkv, hd, layout)
-        with_baselines = (batch in ints(args.baseline_batches)
-                          and layout in args.baseline_layouts.split(",")
-                          and d in ints(args.baseline_drafts))
+    for shape in shapes_of(args):
+        with_baselines = (shape.batch in ints(args.baseline_batches)
+                          and shape.layout in args.baseline_layouts.split(",")
+                          and shape.num_drafts in ints(args.baseline_drafts))
         run = [m for m in methods if m == "verify_ops" or with_baselines]
         row = run_case(shape, run, ceilings)
         rows.append(row)
