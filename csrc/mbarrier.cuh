@@ -1,7 +1,7 @@
 // Shared-memory barriers of sm_90 for the warp-specialized kernel: mbarriers
 // that a producer warpgroup and the consumer warpgroups hand stages through,
-// named barriers (among the producer's warps; for the stage that held Q; a
-// vote within a warpgroup; turns on the tensor cores), and the register split
+// named barriers (among the producer's warps; for the stage that held Q;
+// turns on the tensor cores; Q landed), and the register split
 // between the two roles (setmaxnreg).
 #pragma once
 
@@ -63,23 +63,6 @@ template <int ID, int THREADS>
 __device__ inline void named_barrier_arrive() {
   asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
 }
-// Whether `pred` holds for any of the THREADS threads that meet at barrier ID.
-template <int ID, int THREADS>
-__device__ inline bool named_barrier_any(bool pred) {
-  uint32_t any;
-  asm volatile(
-      "{\n"
-      ".reg .pred mine, all;\n"
-      "setp.ne.u32 mine, %1, 0;\n"
-      "bar.red.or.pred all, %2, %3, mine;\n"
-      "selp.u32 %0, 1, 0, all;\n"
-      "}\n"
-      : "=r"(any)
-      : "r"(static_cast<uint32_t>(pred)), "n"(ID), "n"(THREADS)
-      : "memory");
-  return any != 0;
-}
-
 template <int REGISTERS>
 __device__ inline void shrink_registers() {
 #if VERIFY_OPS_HAS_WGMMA

@@ -482,13 +482,12 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   constexpr bool kQStageHandover = kWarpSpecialized && Cfg::kQInRegisters;
   // Named barrier ids (0 is __syncthreads): the producer's threads before
   // each tile's copies (1), the Q stage's hand-over (2), per consumer
-  // warpgroup g its max vote (3 + g, kScoresAhead) and its turn (5 + g,
-  // kPingPong, below), and the consumers once Q has landed (7).
+  // warpgroup g its turn (3 + g, kPingPong, below), and the consumers once Q
+  // has landed (5).
   constexpr int kProducerBarrier = 1;
   constexpr int kQReadBarrier = 2;
-  constexpr int kMaxVoteBarrier = 3;
-  constexpr int kTurnBarrier = 5;
-  constexpr int kQLandedBarrier = 7;
+  constexpr int kTurnBarrier = 3;
+  constexpr int kQLandedBarrier = 5;
   if constexpr (kWarpSpecialized) {
     if (tid < Cfg::kStages) {
       mbarrier_init(full_barrier(tid), Cfg::kLoadThreads);
@@ -767,22 +766,13 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
 
   if constexpr (kScoresAhead) {
     // Step t: the scores of tile t + 1 and P V of tile t - 1 run on the tensor
-    // cores while the warpgroup does tile t's softmax, which waits for them
-    // only on the rare tiles that move a reference max of the warpgroup's
-    // rows; then P V of tile t goes out. Score and P registers alternate
-    // between even and odd tiles.
+    // cores while the warpgroup does tile t's softmax; then it waits for both,
+    // rescales O where a reference max moved, and P V of tile t goes out.
+    // Score and P registers alternate between even and odd tiles.
     // The last step also scores a tile past the end, from a stage no copy is
     // writing, and drops it: no branch between the MMAs.
     float s_even[kNTiles][4], s_odd[kNTiles][4];
     PFrag p_even, p_odd;
-    // A wgmma wait is a warpgroup instruction, so all four warps take the
-    // rescaling branch or none (compute-sanitizer's synccheck flagged the wait
-    // that only the warps whose rows moved their max reached). Waiting every
-    // step instead, ptxas hoists the wait above the exponentials.
-    auto max_moved_in_warpgroup = [&](bool warp_moved) {
-      return warp / 4 == 0 ? named_barrier_any<kMaxVoteBarrier, 128>(warp_moved)
-                           : named_barrier_any<kMaxVoteBarrier + 1, 128>(warp_moved);
-    };
     // At head_dim 64 the two warpgroups take turns on the tensor cores
     // (FA3's ping-pong): a turn issues P V of tile t and the scores of tile
     // t + 2, so that one warpgroup's MMAs run while the other does its
@@ -818,20 +808,23 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       issue_qk(s_next, (tile + 1) % Cfg::kStages);
       if (tile > 0) pass_turn();
       const Fold fold = fold_scores(s_now, p_now, tile);
-      if (max_moved_in_warpgroup(fold.max_moved)) {
-        wgmma_wait<0>();
-        pin_registers(o);
-        rescale_o(fold);
-      }
-      wait_turn();
-      issue_pv(tile % Cfg::kStages, p_now);
-      // The scores of tile + 1 and P V of tile - 1. After the issue of P V, so
-      // that ptxas cannot move this wait above the softmax.
-      wgmma_wait<1>();
+      // Then wait for the scores of tile + 1 and P V of tile - 1, so that a
+      // warp whose rows moved their max can rescale O. A wgmma wait is a
+      // warpgroup instruction: waiting only where a max moved needed a vote of
+      // the warpgroup's warps, a barrier per step that cost 2-3 % at head_dim
+      // 64 and as much as it saved at 128 (NOTES v14.6). ptxas serializes
+      // every wgmma (C7514) where O is rescaled with any wgmma in flight. P is
+      // pinned first, or ptxas hoists the wait above the exponentials.
+      pin_registers(p_now);
+      wgmma_wait<0>();
+      pin_registers(o);
       pin_registers(s_next);
       if constexpr (kWarpSpecialized) {
         if (tile > 0) mbarrier_arrive_once_per_warp(empty_barrier(tile - 1));
       }
+      rescale_o(fold);
+      wait_turn();
+      issue_pv(tile % Cfg::kStages, p_now);
     };
     if (num_tiles > 0) {
       if constexpr (kWarpSpecialized) {

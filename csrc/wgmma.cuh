@@ -143,6 +143,16 @@ __device__ inline void pin_registers(float (&r)[N][4]) {
     for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
 }
 
+// The same for 16-bit pairs (MMA A fragments), so that the instructions
+// that compute them stay before the next wgmma wait.
+template <int N>
+__device__ inline void pin_registers(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
 // Shared memory written through the generic proxy (st.shared, cp.async) and
 // read next by wgmma (the async proxy) needs this in each writing thread,
 // before the barrier.
