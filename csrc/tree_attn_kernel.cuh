@@ -773,13 +773,15 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     // writing, and drops it: no branch between the MMAs.
     float s_even[kNTiles][4], s_odd[kNTiles][4];
     PFrag p_even, p_odd;
-    // At head_dim 64 the two warpgroups take turns on the tensor cores
-    // (FA3's ping-pong): a turn issues P V of tile t and the scores of tile
-    // t + 2, so that one warpgroup's MMAs run while the other does its
-    // softmax. Warpgroup 0 goes first; named barrier kTurnBarrier + g is
-    // warpgroup g's turn. At 128, where the MMAs take twice as long per
-    // score, the turns cost more than they overlap (NOTES v14.1).
-    constexpr bool kPingPong = kWarpSpecialized && HEAD_DIM == 64;
+    // The two warpgroups take turns on the tensor cores (FA3's ping-pong): a
+    // turn issues P V of tile t and the scores of tile t + 2, so that one
+    // warpgroup's MMAs run while the other does its softmax. Warpgroup 0 goes
+    // first; named barrier kTurnBarrier + g is warpgroup g's turn. Each
+    // warpgroup drains its wgmmas before its P V (above), so without turns
+    // both would leave the tensor cores idle at once: at head_dim 128 the
+    // turns lost while the loop voted instead (NOTES v14.1) and win 1.05x
+    // since (NOTES v14.7).
+    constexpr bool kPingPong = kWarpSpecialized;
     const bool first_warpgroup = warp / 4 == 0;
     auto wait_turn = [&]() {
       if constexpr (kPingPong) {
