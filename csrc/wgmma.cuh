@@ -134,23 +134,17 @@ __device__ inline void wgmma_wait() {
 }
 
 // Accumulators are written by the tensor cores behind the compiler's back:
-// pin them so no access moves across wgmma issue or wait.
-template <int N>
-__device__ inline void pin_registers(float (&r)[N][4]) {
+// pin them so no access moves across wgmma issue or wait. MMA A fragments
+// (16-bit pairs) are pinned so that the instructions that compute them stay
+// before the next wgmma wait.
+__device__ inline void pin_register(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ inline void pin_register(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+template <typename R, int N>
+__device__ inline void pin_registers(R (&r)[N][4]) {
 #pragma unroll
   for (int i = 0; i < N; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
-}
-
-// The same for 16-bit pairs (MMA A fragments), so that the instructions
-// that compute them stay before the next wgmma wait.
-template <int N>
-__device__ inline void pin_registers(uint32_t (&r)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+    for (int j = 0; j < 4; ++j) pin_register(r[i][j]);
 }
 
 // Shared memory written through the generic proxy (st.shared, cp.async) and
