@@ -2,11 +2,12 @@
 # One device call: an A/B of two builds of the kernels on the same cases. The
 # builds alternate within each round, so that drift of the machine (clock,
 # temperature) lands on both; a table of per-case times and ratios prints last.
-#   usage: AB_BASE=DIR [AB_ROUNDS=2] bash bench/ab_run.sh CASES
+#   usage: AB_BASE=DIR [AB_ROUNDS=2] [AB_SMOKE=0] bash bench/ab_run.sh CASES
 #   DIR: a copy of the baseline's tree (`git archive <commit>`, carried along);
 #   the candidate is this tree. CASES: a `--cases` list of bench_tree_attn.
 #   Both builds run this tree's bench/, so only the kernels differ. Each build
 #   stays in place in its tree for the commands that follow (tests, sanitizers).
+#   The candidate first runs graph_tests/sanitize_case.py (AB_SMOKE=0 skips it).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/verify_ops_out}
@@ -25,6 +26,10 @@ build "$cand" cand & pid_cand=$!
 wait $pid_base || { echo "base build failed"; tail -30 "$OUT/build-base.log"; exit 1; }
 wait $pid_cand || { echo "candidate build failed"; tail -30 "$OUT/build-cand.log"; exit 1; }
 echo "builds: $((SECONDS - t0)) s"
+# A candidate that hangs or computes wrong costs a minute here, not the call.
+[ "${AB_SMOKE:-1}" = 0 ] || PYTHONPATH="$cand${PYTHONPATH:+:$PYTHONPATH}" timeout 90 \
+  python3 graph_tests/sanitize_case.py > "$OUT/smoke-cand.log" 2>&1 ||
+  { echo "candidate smoke failed"; tail -20 "$OUT/smoke-cand.log"; exit 1; }
 for round in $(seq 1 "${AB_ROUNDS:-2}"); do
   for name in base cand; do
     dir=$base; [ "$name" = cand ] && dir=$cand
