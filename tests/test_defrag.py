@@ -160,7 +160,7 @@ def test_relocation_is_lossless(device, page_size):
             assert torch.isin((old // page_size).cpu(), freed).all()
 
 
-@pytest.mark.parametrize("failure", ["copy", "table rewrite"])
+@pytest.mark.parametrize("failure", ["copy", "table rewrite", "free"])
 def test_interrupted_relocation_keeps_a_consistent_state(device, monkeypatch, failure):
     scene = fragmented_scene(device)
     before = scene.outputs()
@@ -180,10 +180,15 @@ def test_interrupted_relocation_keeps_a_consistent_state(device, monkeypatch, fa
             raise RuntimeError("injected failure")
         real_rewrite(req_to_token, spans, slots)
 
+    def free_fails(slots):
+        raise RuntimeError("injected failure")
+
     if failure == "copy":
         monkeypatch.setattr(relocation, "relocate_kv", copy_one_layer_then_fail)
-    else:
+    elif failure == "table rewrite":
         monkeypatch.setattr(relocation, "_rewrite_rows", rewrite_first_span_then_fail)
+    else:  # the last step: the old slots go back to the allocator
+        monkeypatch.setattr(scene.allocator, "free", free_fails)
     with pytest.raises(RuntimeError, match="injected failure"):
         relocate_fragmented(scene.allocator, scene.req_to_token, kv_caches(scene),
                             scene.spans(), max_requests=3)
@@ -199,6 +204,64 @@ def test_interrupted_relocation_keeps_a_consistent_state(device, monkeypatch, fa
     for after, want in zip(scene.outputs(), before):
         assert torch.equal(after, want)
     scene.check_accounting()
+
+
+def test_live_relocation_moves_the_draft_models_kv_too():
+    """Under EAGLE the scheduler's ``draft_worker`` is SGLang's spec worker
+    (EAGLEWorkerV2), whose draft runners sit on its inner draft worker; their
+    KV pool uses the same slots, so it moves with the target's."""
+    pytest.importorskip("sglang.srt.speculative.eagle_worker_v2")
+    from sglang.srt.managers.schedule_batch import ReqKvInfo
+    from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    scene = fragmented_scene("cpu")
+    draft_pool = MHATokenToKVPool(size=POOL_TOKENS, page_size=1, dtype=torch.bfloat16,
+                                  head_num=HKV, head_dim=HEAD_DIM, layer_num=1, device="cpu",
+                                  enable_memory_saver=False, enable_alt_stream=False)
+    gen = torch.Generator().manual_seed(5)
+    for buffer in (*draft_pool.k_buffer, *draft_pool.v_buffer):
+        buffer.copy_(torch.randn(buffer.shape, generator=gen))
+    target = SimpleNamespace(token_to_kv_pool=scene.kv_pool,
+                             spec_algorithm=SpeculativeAlgorithm.from_string("EAGLE"))
+    spec_worker = EAGLEWorkerV2.__new__(EAGLEWorkerV2)  # only what relocation reads
+    spec_worker._target_worker = SimpleNamespace(model_runner=target)
+    spec_worker._draft_worker = SimpleNamespace(
+        draft_runners=[SimpleNamespace(token_to_kv_pool=draft_pool)])
+    scheduler = SimpleNamespace(tp_worker=SimpleNamespace(model_runner=target),
+                                draft_worker=spec_worker,
+                                token_to_kv_pool_allocator=scene.allocator,
+                                req_to_token_pool=scene.req_to_token_pool)
+
+    def draft_kv():  # each request's draft K and V, read through req_to_token
+        return [b[scene.row_slots(i)].clone() for i in range(len(scene.rows))
+                for b in (*draft_pool.k_buffer, *draft_pool.v_buffer)]
+
+    before, draft_before = scene.outputs(), draft_kv()
+    runs_before = [runs_of(scene.row_slots(i)) for i in range(len(scene.rows))]
+    reqs = [SimpleNamespace(kv=ReqKvInfo(req_pool_idx=row, cache_protected_len=0,
+                                         kv_allocated_len=end))
+            for row, end in zip(scene.rows, scene.allocated)]
+    relocator = defrag._LiveRelocation()
+    relocator.steps = defrag.RELOCATE_EVERY_STEPS - 1  # the next step relocates
+    relocator.step(scheduler, SimpleNamespace(reqs=reqs))
+
+    assert relocator.enabled
+    runs_after = [runs_of(scene.row_slots(i)) for i in range(len(scene.rows))]
+    assert runs_after.count(1) > runs_before.count(1), "nothing was moved"
+    for after, want in zip(scene.outputs(), before):
+        assert torch.equal(after, want)
+    for after, want in zip(draft_kv(), draft_before):
+        assert torch.equal(after, want)
+    scene.check_accounting()
+
+
+def test_live_relocation_stays_off_where_the_drafters_pools_are_unknown():
+    scene = fragmented_scene("cpu")
+    scheduler = SimpleNamespace(tp_worker=SimpleNamespace(
+                                    model_runner=SimpleNamespace(token_to_kv_pool=scene.kv_pool)),
+                                draft_worker=SimpleNamespace())  # no runners to be found
+    assert defrag._kv_caches(scheduler) is None
 
 
 def test_radix_shared_slots_are_never_moved():
@@ -391,7 +454,8 @@ def test_fragmentation_log_every_n_steps_without_padding():
     handler.emit = records.append
     logger = logging.getLogger(defrag.__name__)
     logger.addHandler(handler)
-    old_level, logger.level = logger.level, logging.INFO
+    old_level = logger.level
+    logger.setLevel(logging.INFO)  # not `.level =`: setLevel clears isEnabledFor's cache
     try:
         log = defrag.FragmentationLog(every=2)
         table = torch.tensor([[1, 2, 3, 0], [7, 5, 3, 1], [0, 0, 0, 0]])
@@ -402,7 +466,7 @@ def test_fragmentation_log_every_n_steps_without_padding():
         log.observe(table, batch)
     finally:
         logger.removeHandler(handler)
-        logger.level = old_level
+        logger.setLevel(old_level)
     (record,) = records
     assert record.levelno == logging.INFO
     assert "mean 2.50 p99 4 over 2 requests" in record.getMessage()

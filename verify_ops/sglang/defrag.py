@@ -222,8 +222,12 @@ def _kv_caches(scheduler):
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
     runners = [scheduler.tp_worker.model_runner]
-    if getattr(scheduler, "draft_worker", None) is not None:
-        runners += list(getattr(scheduler.draft_worker, "draft_runners", []))
+    spec_worker = getattr(scheduler, "draft_worker", None)
+    if spec_worker is not None:
+        drafts = _draft_runners(spec_worker)
+        if drafts is None:  # moving the target's KV alone would strand the drafter's
+            return None
+        runners += drafts
     pools = list({id(r.token_to_kv_pool): r.token_to_kv_pool for r in runners}.values())
     slots = pools[0].size + pools[0].page_size
     for pool in pools:
@@ -231,3 +235,17 @@ def _kv_caches(scheduler):
                 t.dim() != 3 or t.shape[0] != slots for t in (*pool.k_buffer, *pool.v_buffer)):
             return None
     return [(pool.k_buffer, pool.v_buffer) for pool in pools]
+
+
+def _draft_runners(spec_worker):
+    """The draft model runners behind ``scheduler.draft_worker``, SGLang's spec
+    worker (e.g. ``EAGLEWorkerV2``, whose runners sit on its inner draft worker);
+    None where they cannot be found."""
+    find = getattr(spec_worker, "_draft_model_runners", None)
+    if callable(find):
+        return list(find())
+    for owner in (spec_worker, getattr(spec_worker, "draft_worker", None)):
+        runners = getattr(owner, "draft_runners", None)
+        if runners is not None:
+            return list(runners)
+    return None

@@ -93,13 +93,15 @@ def relocate_fragmented(allocator, req_to_token: torch.Tensor, kv_caches: Sequen
             relocate_kv(k_caches, v_caches, src, dst)
         table_touched = True
         _rewrite_rows(req_to_token, [s for s, _, _ in moves], dst)
+        # Inside the try: if returning the old slots fails (on CUDA it copies
+        # their ids to the host), the old mapping comes back instead of a leak.
+        allocator.free(src)  # paged: whole pages, the unused tail of the last one included
     except BaseException:
         if table_touched:  # however far the rewrite got, the old mapping goes back
             _rewrite_rows(req_to_token, [s for s, _, _ in moves], src)
         for _, pages, _ in moves:
             state.give_back(pages)
         raise
-    allocator.free(src)  # paged: whole pages, the unused tail of the last one included
     ends = dst.new_tensor([s.end - s.start for s, _, _ in moves]).cumsum(0) - 1
     for (span, _, _), last in zip(moves, dst[ends].tolist()):
         state.tails[span.row] = (span.end, last // state.page_size)
