@@ -276,6 +276,42 @@ def test_model_level_fallbacks_keep_tritons_mask(sg, monkeypatch, caplog, case):
 
 
 @in_child
+@pytest.mark.parametrize("attribute", ["sinks", "attention_sink_bias"])
+def test_model_with_attention_sinks_keeps_triton_path_under_graphs(sg, monkeypatch, caplog,
+                                                                   attribute):
+    """Sinks arrive per call, too late under CUDA graphs: a model that holds them
+    (gpt-oss and Granite as ``sinks``, MiMo as ``attention_sink_bias``) is
+    found at construction and served by Triton's path, graphs included."""
+    from verify_ops.sglang import fallback
+    from verify_ops.sglang.backend import VerifyOpsAttnBackend
+
+    monkeypatch.setattr(fallback, "_logged", set())
+    shape = sg.Shape()
+    sinks = 2 + torch.randn(shape.num_q_heads, generator=_gen(14))
+    attention = torch.nn.Module()  # as the models hold them: beside the RadixAttention
+    attention.attn = sg.attention_layer(shape)
+    setattr(attention, attribute, torch.nn.Parameter(sinks, requires_grad=False))
+    with sg.sglang_config(shape), caplog.at_level("WARNING"):
+        triton, _, runner = sg.build_backends(shape)
+        runner.model = torch.nn.ModuleList([attention])
+        ops = VerifyOpsAttnBackend(runner)
+        assert not ops.serves_verify and ops.verify_mask is None
+        batch, tree = sg.place_batch(shape, runner, _gen(15)), sg.draft_tree(shape, _gen(16))
+        q, k, v = sg.random_qkv(shape, _gen(17))
+        outs = {}
+        for name, backend in (("triton", triton), ("ops", ops)):
+            eager, _, fb = _run_verify(sg, shape, backend, runner, batch, tree, q, k, v,
+                                       attention.attn, sinks=sinks)
+            backend.init_cuda_graph_state(shape.bs, shape.bs * shape.num_drafts)
+            backend.init_forward_metadata_out_graph(fb, in_capture=True)
+            fb._attn_output = None
+            outs[name] = (eager, backend.forward(q, k, v, attention.attn, fb, sinks=sinks))
+    assert all(torch.equal(a, b) for a, b in zip(outs["ops"], outs["triton"]))
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("attention sinks is not supported" in m for m in messages) == 1
+
+
+@in_child
 def test_sinks_fall_back_to_triton_eagerly_and_refuse_under_graphs(sg, monkeypatch, caplog):
     from verify_ops.sglang import fallback
 

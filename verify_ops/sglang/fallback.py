@@ -16,6 +16,8 @@ import torch
 logger = logging.getLogger(__name__)
 
 CUDA_HEAD_DIMS = (64, 128, 256)
+# Where SGLang's models keep the attention-sink logits they pass to the backend.
+SINK_ATTRIBUTES = ("sinks", "attention_sink_bias")
 # Algorithms whose drafter builds the verify mask through the backend's
 # ``verify_mask`` (``build_eagle_verify_input``); the others always write FULL_MASK.
 MASK_HONORING_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
@@ -69,6 +71,12 @@ def model_fallback_reasons(backend, model_runner) -> list[str]:
         from sglang.srt.layers.radix_attention import RadixAttention
 
         for module in model.modules():
+            # Sinks are passed per call, which under CUDA graphs is too late to
+            # fall back: a model that holds them (gpt-oss, Granite, MiMo) keeps
+            # Triton's path throughout.
+            if (any(isinstance(getattr(module, name, None), torch.Tensor)
+                    for name in SINK_ATTRIBUTES) and "attention sinks" not in reasons):
+                reasons.append("attention sinks")
             if isinstance(module, RadixAttention):
                 reason = layer_fallback_reason(module, on_cuda)
                 if reason is not None and reason not in reasons:
