@@ -134,6 +134,11 @@ TreeAttnShape check_tree_attn_args(const char* op, const at::Tensor& q,
                 out.scalar_type());
     check_device(op, out, "out", q);
     check_last_dim_contiguous(op, out, "out");
+    // An expanded out would have several rows written to one address.
+    for (int64_t d = 0; d < out.dim(); ++d)
+      VERIFY_CHECK(out.stride(d) != 0 || out.size(d) <= 1, op,
+                  ": out must not overlap itself (stride 0 on a dim of size > 1), got strides ",
+                  out.strides(), " for shape ", out.sizes());
   }
 
   s.num_req_rows = req_to_token.size(0);

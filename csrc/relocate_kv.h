@@ -20,8 +20,8 @@ RelocateShape check_relocate_kv_args(at::TensorList k_caches, at::TensorList v_c
                                      const at::Tensor& dst_slots);
 
 // Slots inside the pool, no dst slot twice, src and dst disjoint. Reads tensor
-// values, so it synchronizes with the device; run only when
-// debug_checks_enabled().
+// values, so on CUDA (where that synchronizes) it runs only when
+// debug_checks_enabled(); the CPU kernel always runs it.
 void check_relocate_kv_values(const RelocateShape& shape, const at::Tensor& src_slots,
                               const at::Tensor& dst_slots);
 

@@ -17,7 +17,7 @@ void relocate_kv_cpu(at::TensorList k_caches, at::TensorList v_caches,
   const RelocateShape s = check_relocate_kv_args(k_caches, v_caches, src_slots, dst_slots);
   VERIFY_CHECK(k_caches[0].device().is_cpu(), "verify.relocate_kv: the CPU kernel got ",
               "k_caches[0] on ", k_caches[0].device());
-  if (debug_checks_enabled()) check_relocate_kv_values(s, src_slots, dst_slots);
+  check_relocate_kv_values(s, src_slots, dst_slots);  // always: no device to sync with
   if (s.num_pairs == 0) return;
 
   // Rows move as bytes: the op never looks at the dtype beyond its size.

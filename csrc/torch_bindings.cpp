@@ -2,7 +2,10 @@
 // with TORCH_LIBRARY_IMPL in their own files; fake kernels live in
 // verify_ops/ops.py.
 #include <Python.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>
+
+#include <vector>
 
 extern "C" {
 // Importing verify_ops._C loads this library, which runs the registrations
@@ -38,4 +41,37 @@ TORCH_LIBRARY(verify, m) {
   m.def(
       "relocate_kv(Tensor(a!)[] k_caches, Tensor(b!)[] v_caches, "
       "Tensor src_slots, Tensor dst_slots) -> ()");
+}
+
+namespace {
+
+// ADInplaceOrView kernel of the ops that write into their arguments: runs
+// the op, then bumps the version counter of every argument the schema marks
+// as written (Tensor(a!), Tensor(a!)[]), as ATen's in-place ops do, so that
+// autograd refuses a tensor saved for backward and overwritten since.
+void bump_written_arguments(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                            torch::jit::Stack* stack) {
+  const auto& arguments = op.schema().arguments();
+  const size_t first = stack->size() - arguments.size();
+  std::vector<at::Tensor> written;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const auto* alias = arguments[i].alias_info();
+    if (alias == nullptr || !alias->isWrite()) continue;
+    const c10::IValue& value = (*stack)[first + i];
+    if (value.isTensor()) written.push_back(value.toTensor());
+    if (value.isTensorList())
+      for (const at::Tensor& t : value.toTensorList()) written.push_back(t);
+  }
+  {
+    const at::AutoDispatchBelowADInplaceOrView guard;
+    op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
+  }
+  for (const at::Tensor& t : written) t.unsafeGetTensorImpl()->bump_version();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(verify, ADInplaceOrView, m) {
+  m.impl("tree_attn_out", torch::CppFunction::makeFromBoxedFunction<&bump_written_arguments>());
+  m.impl("relocate_kv", torch::CppFunction::makeFromBoxedFunction<&bump_written_arguments>());
 }

@@ -29,7 +29,8 @@ TreeAttnShape check_tree_attn_args(const char* op, const at::Tensor& q,
                                    const at::Tensor& tree_mask,
                                    const at::Tensor& out);
 
-// True when VERIFY_OPS_DEBUG=1: enables checks on index values, which sync.
+// True when VERIFY_OPS_DEBUG=1: enables the CUDA kernels' checks on index
+// values, which sync (the CPU kernels always run them).
 bool debug_checks_enabled();
 
 // Checks request indices, prefix lengths and KV slots against their ranges.

@@ -163,8 +163,9 @@ void run_tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Te
                        const at::Tensor& v_cache, const at::Tensor& req_to_token,
                        const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
                        const at::Tensor& tree_mask, double sm_scale, const at::Tensor& out) {
-  if (debug_checks_enabled())
-    check_tree_attn_values(kOp, s, req_to_token, req_pool_indices, seq_lens);
+  // Always on CPU: there is no device to synchronize with, and a bad slot
+  // would read out of bounds.
+  check_tree_attn_values(kOp, s, req_to_token, req_pool_indices, seq_lens);
   if (s.batch == 0 || s.num_drafts == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kBFloat16, at::kHalf, q.scalar_type(), "tree_attn_cpu", [&] {

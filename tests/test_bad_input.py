@@ -18,6 +18,8 @@ BAD = {
     "q dtype": (lambda a: a.update(q=a["q"].to(torch.int32)), r"q must have dtype bfloat16 or float16"),
     "k dtype": (lambda a: a.update(k_cache=a["k_cache"].half()), r"k_cache must have the dtype of q"),
     "v dtype": (lambda a: a.update(v_cache=a["v_cache"].half()), r"v_cache must have the dtype of q"),
+    "fp8 kv": (lambda a: a.update(k_cache=a["k_cache"].to(torch.float8_e4m3fn)),
+               r"k_cache must have the dtype of q \(BFloat16\), got Float8_e4m3fn"),
     "q rank": (lambda a: a.update(q=a["q"].flatten(1)), r"q must be 3-D"),
     "k rank": (lambda a: a.update(k_cache=a["k_cache"][0]), r"k_cache must be 3-D"),
     "r2t rank": (lambda a: a.update(req_to_token=a["req_to_token"].flatten()), r"req_to_token must be 2-D"),
@@ -94,6 +96,16 @@ def test_bad_out(mutate, message, on_meta):
         call(args, out, on_meta)
 
 
+@pytest.mark.parametrize("on_meta", [False, True], ids=["cpu", "fake"])
+def test_out_that_overlaps_itself(on_meta):
+    args = base_args()
+    row = torch.empty_like(args["q"][:1], device="meta" if on_meta else "cpu")
+    with pytest.raises(RuntimeError, match=r"out must not overlap itself \(stride 0 on a dim of "
+                                           r"size > 1\), got strides \[0, 64, 1\] for shape "
+                                           r"\[8, 8, 64\]"):
+        call(args, row.expand(args["q"].shape), on_meta)
+
+
 def test_valid_args_pass_both_checks():
     args = base_args()
     assert call(args, on_meta=True).shape == args["q"].shape
@@ -119,9 +131,14 @@ VALUE_ERRORS = {
 }
 
 
+# On CPU they always run (no device to sync with); VERIFY_OPS_DEBUG=1 changes nothing.
+@pytest.mark.parametrize("debug", [False, True], ids=["default", "VERIFY_OPS_DEBUG=1"])
 @pytest.mark.parametrize("name", list(VALUE_ERRORS))
-def test_debug_value_checks(name, monkeypatch):
-    monkeypatch.setenv("VERIFY_OPS_DEBUG", "1")
+def test_value_checks_on_cpu(name, debug, monkeypatch):
+    if debug:
+        monkeypatch.setenv("VERIFY_OPS_DEBUG", "1")
+    else:
+        monkeypatch.delenv("VERIFY_OPS_DEBUG", raising=False)
     args = base_args()
     assert verify_ops.tree_attn(*args.values()).shape == args["q"].shape
     mutate, message = VALUE_ERRORS[name]

@@ -55,6 +55,13 @@ def test_strided_slots_and_index_views(device):
     assert torch.equal(fused, expected)
 
 
+def test_bumps_the_version_of_every_cache(device):
+    k, v = caches(2, 50, (2, 8), (2, 8), torch.bfloat16, device)
+    versions = [t._version for t in k + v]
+    verify_ops.relocate_kv(k, v, *slot_pairs(50, 10, torch.int64, device))
+    assert all(t._version > before for t, before in zip(k + v, versions))
+
+
 def test_no_pairs_is_a_no_op(device):
     k, v = caches(2, 10, (2, 8), (2, 8), torch.bfloat16, device)
     before = [t.clone() for t in k + v]
@@ -203,12 +210,19 @@ VALUE_ERRORS = {
 }
 
 
+@pytest.mark.parametrize("debug", [False, True], ids=["default", "VERIFY_OPS_DEBUG=1"])
 @pytest.mark.parametrize("name", list(VALUE_ERRORS))
-def test_value_checks_under_debug(device, monkeypatch, name):
+def test_value_checks(device, monkeypatch, name, debug):
+    """Under VERIFY_OPS_DEBUG=1 on every device; on CPU always (no device to sync with)."""
+    if not debug and device != "cpu":
+        pytest.skip("on CUDA the value checks sync, so they run only under VERIFY_OPS_DEBUG=1")
     args = base_args()
     k, v = [t.to(device) for t in args["k"]], [t.to(device) for t in args["v"]]
     src, dst = VALUE_ERRORS[name][0](args["src"].to(device), args["dst"].to(device))
-    monkeypatch.setenv("VERIFY_OPS_DEBUG", "1")
+    if debug:
+        monkeypatch.setenv("VERIFY_OPS_DEBUG", "1")
+    else:
+        monkeypatch.delenv("VERIFY_OPS_DEBUG", raising=False)
     with pytest.raises(RuntimeError, match="verify.relocate_kv: " + VALUE_ERRORS[name][1]):
         verify_ops.relocate_kv(k, v, src, dst)
 

@@ -124,6 +124,21 @@ def test_strided_out(device):
     assert torch.isnan(wide[:, :2].float()).all() and torch.isnan(wide[:, 6:].float()).all()
 
 
+def test_out_variant_bumps_the_version_of_out(device):
+    """As ATen's in-place ops do, so that autograd refuses a tensor it saved
+    for backward and that was overwritten since."""
+    case = make_case([20, 3], 4, 4, 2, 64, device=device, seed=10)
+    out = torch.empty_like(case.q)
+    version = out._version
+    verify_ops.tree_attn_out(*case.args(), out)
+    assert out._version > version
+    weights = torch.ones_like(case.q, requires_grad=True)
+    loss = (weights * out).sum()  # saves out for the gradient of weights
+    verify_ops.tree_attn_out(*case.args(), out)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
 @pytest.mark.parametrize("sm_scale", [0.7, -0.05, 0.0])
 def test_any_softmax_scale(device, sm_scale):
     """The CUDA kernels scale each tile's max rather than each score, so a

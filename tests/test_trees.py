@@ -56,9 +56,9 @@ def test_full_mask_round_trip():
         trees.full_mask_to_qlen_only(full[:-1], lens, 5)
 
 
-@pytest.mark.parametrize("cols", [1, 7, 8, 13, 64])
-def test_pack_mask_matches_numpy(cols):
-    mask = torch.rand(3, 4, cols, generator=torch.Generator().manual_seed(cols)) > 0.5
+@pytest.mark.parametrize("rows,cols", [(4, 1), (4, 7), (4, 8), (4, 13), (4, 64), (0, 8), (4, 0)])
+def test_pack_mask_matches_numpy(rows, cols):
+    mask = torch.rand(3, rows, cols, generator=torch.Generator().manual_seed(cols)) > 0.5
     packed = trees.pack_mask(mask)
     expected = np.packbits(mask.numpy(), axis=-1, bitorder="little")
     assert np.array_equal(packed.numpy(), expected)

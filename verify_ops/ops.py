@@ -24,6 +24,11 @@ _SCALAR_TYPE_NAMES = {
     torch.float64: "Double", torch.float32: "Float", torch.float16: "Half",
     torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
     torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool",
+    torch.uint16: "UInt16", torch.uint32: "UInt32", torch.uint64: "UInt64",
+    torch.complex32: "ComplexHalf", torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble", torch.float8_e4m3fn: "Float8_e4m3fn",
+    torch.float8_e5m2: "Float8_e5m2", torch.float8_e4m3fnuz: "Float8_e4m3fnuz",
+    torch.float8_e5m2fnuz: "Float8_e5m2fnuz",
 }
 
 
@@ -31,8 +36,12 @@ def _dtype_str(dtype: torch.dtype) -> str:
     return _SCALAR_TYPE_NAMES.get(dtype, str(dtype))
 
 
+def _shape_str_of(sizes) -> str:
+    return "[" + ", ".join(str(s) for s in sizes) + "]"
+
+
 def _shape_str(t: torch.Tensor) -> str:
-    return "[" + ", ".join(str(s) for s in t.shape) + "]"
+    return _shape_str_of(t.shape)
 
 
 def check_tree_attn_args(q, k_cache, v_cache, req_to_token, req_pool_indices,
@@ -113,6 +122,10 @@ def check_tree_attn_args(q, k_cache, v_cache, req_to_token, req_pool_indices,
             _fail(f"out must be on the same device as q ({q.device}), got {out.device}")
         if out.shape[-1] > 1 and out.stride(-1) != 1:
             _fail(f"out must have a contiguous last dim (stride 1), got stride {out.stride(-1)}")
+        # Strides first: a normal out then adds no guard on its symbolic sizes.
+        if any(stride == 0 and size > 1 for stride, size in zip(out.stride(), out.shape)):
+            _fail("out must not overlap itself (stride 0 on a dim of size > 1), got strides "
+                  f"{_shape_str_of(out.stride())} for shape {_shape_str(out)}")
     if q.device.type == "cuda" and head_dim not in (64, 128, 256):
         _fail(f"head_dim must be 64, 128 or 256 on CUDA, got {head_dim}")
     return num_drafts

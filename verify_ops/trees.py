@@ -130,7 +130,7 @@ def pack_mask(mask: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"mask must be bool, got {mask.dtype}")
     num_cols = mask.shape[-1]
     padded = torch.nn.functional.pad(mask.to(torch.uint8), (0, (-num_cols) % 8))
-    bits = padded.view(*mask.shape[:-1], -1, 8)
+    bits = padded.view(*mask.shape[:-1], (num_cols + 7) // 8, 8)  # -1 is ambiguous when empty
     weights = (1 << torch.arange(8, device=mask.device, dtype=torch.int32)).to(torch.uint8)
     return (bits * weights).sum(-1, dtype=torch.int32).to(torch.uint8)
 
