@@ -246,6 +246,9 @@ TreeAttnShape check_cuda_args(const at::Tensor& q, const at::Tensor& k_cache,
   // kernels' 32-bit token offsets.
   VERIFY_CHECK(s.max_context <= INT32_MAX, kOp, ": the CUDA kernel takes at most 2^31 - 1 "
               "positions per request (req_to_token.size(1)), got ", s.max_context);
+  // One grid row of CTAs per (request, KV head): CUDA allows 65535.
+  VERIFY_CHECK(s.batch * s.num_kv_heads <= 65535, kOp, ": the CUDA kernel takes at most 65535 "
+              "(request, KV head) pairs (bs * Hkv), got ", s.batch, " * ", s.num_kv_heads);
   const int64_t q_rows = s.batch * s.num_drafts * s.num_q_heads;
   VERIFY_CHECK(q_rows <= INT32_MAX, kOp,
               ": the CUDA kernel takes at most 2^31 - 1 query rows (bs * D * Hq), got ", q_rows);
@@ -267,8 +270,9 @@ void run_tree_attn_cuda(const TreeAttnShape& s, const at::Tensor& q_arg,
               "multiples of 8 elements, got strides ", k_cache.strides(), " and ",
               v_cache.strides());
 
-  // Unaligned q or out views go through an aligned copy (still capture-safe).
-  at::Tensor q = aligned_16(q_arg) ? q_arg : q_arg.contiguous();
+  // Unaligned q or out views go through an aligned copy (still capture-safe);
+  // a clone, since contiguous() returns a contiguous q at an odd address as it is.
+  at::Tensor q = aligned_16(q_arg) ? q_arg : q_arg.clone(at::MemoryFormat::Contiguous);
   // The kernels need a positive scale (they scale each tile's max, not each
   // score, before the max is taken). The scores of a negative scale are those
   // of -q with its magnitude; a zero scale makes every score zero.

@@ -53,6 +53,35 @@ def test_context_beyond_int32_positions_is_refused():
         verify_ops.tree_attn(*args)
 
 
+def test_more_request_kv_head_pairs_than_a_grid_row_takes_is_refused():
+    """One grid row of CTAs per (request, KV head): CUDA allows 65535 rows."""
+    bs = 65536
+    q = torch.randn(bs, 1, 64, device="cuda").to(torch.bfloat16)
+    k = torch.randn(4, 1, 64, device="cuda").to(torch.bfloat16)
+    req_to_token = torch.zeros(bs, 2, dtype=torch.int32, device="cuda")
+    rows = torch.arange(bs, dtype=torch.int32, device="cuda")
+    seq_lens = torch.ones(bs, dtype=torch.int32, device="cuda")
+    mask = torch.ones(bs, 1, 1, dtype=torch.bool, device="cuda")
+    with pytest.raises(RuntimeError, match=r"at most 65535 \(request, KV head\) pairs "
+                                           r"\(bs \* Hkv\), got 65536 \* 1"):
+        verify_ops.tree_attn(q, k, k, req_to_token, rows, seq_lens, mask)
+
+
+def test_contiguous_q_at_an_unaligned_address():
+    """A contiguous q 2 bytes off a 16-byte boundary (a view into a larger
+    buffer) goes through an aligned copy: the kernels load Q 16 bytes at a time."""
+    case = make_case([3000, 5], 8, 8, 2, 128, device="cuda", seed=4)
+    flat = torch.empty(case.q.numel() + 1, dtype=case.q.dtype, device="cuda")
+    q = flat[1:].view(case.q.shape)
+    q.copy_(case.q)
+    assert q.is_contiguous() and q.data_ptr() % 16 == 2
+    args = list(case.args())
+    args[0] = q
+    out = verify_ops.tree_attn(*args)
+    torch.cuda.synchronize()
+    assert relative_error(out, tree_attn_ref(*case.args())) < TOL
+
+
 def test_pool_beyond_int32_elements():
     """Slots whose element offset exceeds 2**31 need 64-bit addressing."""
     num_kv_heads, head_dim = 1, 128
