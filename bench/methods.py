@@ -105,15 +105,16 @@ def prepare_sdpa(w: Workload) -> list[LayerCall]:
     return calls
 
 
+# For short queries Flex picks its decoding kernel, which found no valid
+# configuration (NoValidChoicesError) at D32-D64 with GQA on torch 2.11; its
+# main kernel is then tried instead, and the row says so.
+FLEX_FALLBACK_OPTIONS = {"FORCE_USE_FLEX_ATTENTION": True}
+
+
 def prepare_flex(w: Workload) -> list[LayerCall]:
     """FlexAttention, compiled, with the tree as a mask_mod and the block mask built beforehand."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    # Each case is a new static shape, so a compile of its own: past dynamo's
-    # recompile limit (8) one shared compiled function falls back to eager
-    # flex_attention, which cannot be captured in a CUDA graph.
-    torch._dynamo.reset()
-    flex_compiled = torch.compile(flex_attention, dynamic=False)
     s = w.shape
     tree_mask = w.tree_mask
 
@@ -123,16 +124,29 @@ def prepare_flex(w: Workload) -> list[LayerCall]:
 
     block_mask = create_block_mask(mask_mod, B=s.batch, H=None, Q_LEN=s.num_drafts,
                                    KV_LEN=s.seq_len + s.num_drafts, device="cuda")
-    calls = []
-    for layer in w.layers:
-        q, k, v = _gathered(w, layer)
-
-        def call(q=q, k=k, v=v):
-            out = flex_compiled(q, k, v, block_mask=block_mask, scale=w.sm_scale,
-                                enable_gqa=True)
-            return _as_rows(out)
-        calls.append(call)
-    return calls
+    gathered = [_gathered(w, layer) for layer in w.layers]
+    for kernel_options in (None, FLEX_FALLBACK_OPTIONS):
+        # Each case is a new static shape, so a compile of its own: past dynamo's
+        # recompile limit (8) one shared compiled function falls back to eager
+        # flex_attention, which cannot be captured in a CUDA graph.
+        torch._dynamo.reset()
+        flex_compiled = torch.compile(flex_attention, dynamic=False)
+        calls = []
+        for q, k, v in gathered:
+            def call(q=q, k=k, v=v, flex=flex_compiled, kernel_options=kernel_options):
+                out = flex(q, k, v, block_mask=block_mask, scale=w.sm_scale, enable_gqa=True,
+                           kernel_options=kernel_options)
+                return _as_rows(out)
+            calls.append(call)
+        try:
+            calls[0]()  # compiles here, untimed
+        except Exception:
+            if kernel_options is not None:
+                raise
+            continue
+        if kernel_options is not None:
+            calls[0].note = f"kernel_options={kernel_options} (the default found no kernel)"
+        return calls
 
 
 METHODS = {
