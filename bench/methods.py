@@ -40,7 +40,11 @@ def _slots(w: Workload) -> torch.Tensor:
 
 
 def prepare_triton(w: Workload) -> list[LayerCall]:
-    """SGLang's Triton extend_attention_fwd with a FULL_MASK custom mask, as its verify runs."""
+    """SGLang's Triton extend_attention_fwd with a FULL_MASK custom mask, as its verify runs.
+
+    is_causal=True as TritonAttnBackend.forward_extend passes it for TARGET_VERIFY
+    (sglang 0.5.23 srt/layers/attention/triton_backend.py: ``causal = True``).
+    """
     from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
 
     s = w.shape
@@ -61,7 +65,7 @@ def prepare_triton(w: Workload) -> list[LayerCall]:
 
         def call(layer=layer, q=q, k_extend=k_extend, v_extend=v_extend, out=out):
             extend_attention_fwd(q, k_extend, v_extend, out, layer.k_cache, layer.v_cache,
-                                 qo_indptr, kv_indptr, kv_indices, custom_mask, False,
+                                 qo_indptr, kv_indptr, kv_indices, custom_mask, True,
                                  mask_indptr, s.num_drafts, 1.0, 1.0, sm_scale=w.sm_scale,
                                  skip_prefix_custom_mask=True)
             return out

@@ -1,0 +1,90 @@
+"""bench/: the oracle checks that gate every timed method (issue 4: "Tests verify the
+table's oracle outputs before timing")."""
+
+import dataclasses
+
+import pytest
+import torch
+
+import verify_ops
+from bench.bench_tree_attn import CHECK_TOL, format_table, short_check_shape
+from bench.workload import Shape
+from verify_ops.cases import make_case
+from verify_ops.reference import relative_error, tree_attn_ref
+
+needs_cuda = pytest.mark.skipif(not verify_ops.has_cuda_kernel(),
+                                reason="needs a GPU and a CUDA build of verify_ops")
+
+
+def _tree_blind_errors(seq_len):
+    """Relative errors of a correct bf16 output and of one that drops the drafts."""
+    case = make_case([seq_len], 8, 8, 1, 128, tree="eagle", seed=1)
+    args = list(case.args())
+    ref = tree_attn_ref(*args)
+    args[6] = torch.zeros_like(args[6])  # no draft visible: the tree ignored
+    blind = tree_attn_ref(*args).to(torch.bfloat16).float()
+    return relative_error(ref.to(torch.bfloat16).float(), ref), relative_error(blind, ref)
+
+
+def test_the_long_check_alone_misses_a_tree_blind_method_and_the_short_one_catches_it():
+    good, blind = _tree_blind_errors(16384)
+    assert good < CHECK_TOL and blind < CHECK_TOL  # why the short check exists
+    short = short_check_shape(Shape(1, 16384, 8, 8, 1, 128, "fragmented"))
+    good, blind = _tree_blind_errors(short.seq_len)
+    assert good < CHECK_TOL <= blind
+
+
+def test_short_check_keeps_everything_but_the_context():
+    s = Shape(8, 65536, 64, 32, 4, 64, "contiguous")
+    c = short_check_shape(s)
+    assert (c.batch, c.num_drafts, c.num_q_heads, c.num_kv_heads, c.head_dim, c.layout) == (
+        8, 64, 32, 4, 64, "contiguous")
+    assert c.seq_len < s.seq_len
+
+
+def test_the_table_says_wrong_for_a_method_that_failed_its_check():
+    s = Shape(1, 4096, 8, 32, 8, 128, "fragmented")
+    row = {"shape": s.__dict__, "label": s.label(), "num_layers": s.num_layers,
+           "roofline_us": 4.0, "methods": {"verify_ops": {"error": "WRONG: relative error 0.5"},
+                                          "triton": {"us": 250.0}}}
+    assert "WRONG" in format_table([row], ["verify_ops", "triton"]).splitlines()[2]
+
+
+# Flex reads the KV that SDPA's gather builds, so one layout covers it (each
+# case costs Flex a compile).
+METHOD_LAYOUTS = [("verify_ops", "fragmented"), ("verify_ops", "contiguous"),
+                  ("triton", "fragmented"), ("triton", "contiguous"),
+                  ("sdpa", "fragmented"), ("sdpa", "contiguous"), ("flex", "fragmented")]
+
+
+@needs_cuda
+@pytest.mark.parametrize("batch,seq_len,drafts,heads", [(1, 300, 8, (32, 8, 128)),
+                                                      (2, 1000, 16, (8, 1, 128)),
+                                                      (1, 500, 8, (16, 2, 256)),
+                                                      (2, 200, 16, (32, 4, 64))])
+@pytest.mark.parametrize("method,layout", METHOD_LAYOUTS)
+def test_every_method_matches_the_reference_on_every_layer(method, layout, batch, seq_len,
+                                                          drafts, heads):
+    from bench.bench_tree_attn import check_method
+    from bench.workload import make_workload
+
+    if method == "triton":
+        pytest.importorskip("sglang.kernels.ops.attention.extend_attention")
+    w = make_workload(Shape(batch, seq_len, drafts, *heads, layout), num_layers=2)
+    assert check_method(method, w) < CHECK_TOL
+
+
+@needs_cuda
+def test_run_case_reports_a_wrong_method_and_does_not_time_it(monkeypatch):
+    import bench.bench_tree_attn as bta
+    from bench import methods
+
+    def tree_blind(w):  # SDPA with every draft visible (w itself is left as it was)
+        return methods.prepare_sdpa(dataclasses.replace(w, tree_mask=torch.ones_like(w.tree_mask)))
+
+    monkeypatch.setitem(bta.METHODS, "blind", tree_blind)
+    timed = []
+    monkeypatch.setattr(bta, "time_per_layer_us", lambda calls: timed.append(1) or 1.0)
+    row = bta.run_case(Shape(1, 65536, 8, 8, 1, 128, "fragmented"), ["blind"],
+                       {"copy_bytes_per_s": 4e12, "matmul_flops_per_s": 7e14})
+    assert "WRONG" in row["methods"]["blind"]["error"] and not timed
