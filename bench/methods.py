@@ -51,10 +51,11 @@ def prepare_triton(w: Workload) -> list[LayerCall]:
     slots = _slots(w)
     prefix_slots, draft_slots = slots[:, : s.seq_len], slots[:, s.seq_len:]
     kv_indices = prefix_slots.flatten().contiguous()
-    kv_indptr = torch.arange(0, s.batch + 1, device="cuda", dtype=torch.int32) * s.seq_len
-    qo_indptr = torch.arange(0, s.batch + 1, device="cuda", dtype=torch.int32) * s.num_drafts
-    custom_mask = qlen_only_to_full_mask(w.tree_mask, w.seq_lens.cpu()).cuda()
-    mask_indptr = torch.arange(0, s.batch + 1, device="cuda", dtype=torch.int32) * (
+    device = w.tree_mask.device
+    kv_indptr = torch.arange(0, s.batch + 1, device=device, dtype=torch.int32) * s.seq_len
+    qo_indptr = torch.arange(0, s.batch + 1, device=device, dtype=torch.int32) * s.num_drafts
+    custom_mask = qlen_only_to_full_mask(w.tree_mask, w.seq_lens.cpu()).to(device)
+    mask_indptr = torch.arange(0, s.batch + 1, device=device, dtype=torch.int32) * (
         s.num_drafts * (s.seq_len + s.num_drafts))
     calls = []
     for layer in w.layers:
@@ -86,7 +87,8 @@ def _gathered(w: Workload, layer) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 def _visible(w: Workload) -> torch.Tensor:
     """[bs, 1, D, L + D] bool: the prefix is visible, drafts by the tree."""
     s = w.shape
-    prefix = torch.ones(s.batch, s.num_drafts, s.seq_len, dtype=torch.bool, device="cuda")
+    prefix = torch.ones(s.batch, s.num_drafts, s.seq_len, dtype=torch.bool,
+                        device=w.tree_mask.device)
     return torch.cat([prefix, w.tree_mask], dim=2).unsqueeze(1)
 
 
@@ -127,7 +129,7 @@ def prepare_flex(w: Workload) -> list[LayerCall]:
         return (kv_idx < s.seq_len) | tree_mask[b, q_idx, draft]
 
     block_mask = create_block_mask(mask_mod, B=s.batch, H=None, Q_LEN=s.num_drafts,
-                                   KV_LEN=s.seq_len + s.num_drafts, device="cuda")
+                                   KV_LEN=s.seq_len + s.num_drafts, device=w.tree_mask.device)
     gathered = [_gathered(w, layer) for layer in w.layers]
     for kernel_options in (None, FLEX_FALLBACK_OPTIONS):
         # Each case is a new static shape, so a compile of its own: past dynamo's

@@ -71,7 +71,8 @@ class Workload:
                             self.req_pool_indices, self.seq_lens, self.tree_mask, self.sm_scale)
 
 
-def make_workload(shape: Shape, seed: int = 0, num_layers: int | None = None) -> Workload:
+def make_workload(shape: Shape, seed: int = 0, num_layers: int | None = None,
+                  device: str = "cuda") -> Workload:
     gen = torch.Generator().manual_seed(seed)
     tokens = [shape.seq_len + shape.num_drafts] * shape.batch
     slots = make_slot_layout(tokens, shape.layout, spare_slots=64, gen=gen)
@@ -80,15 +81,15 @@ def make_workload(shape: Shape, seed: int = 0, num_layers: int | None = None) ->
         kv = (slots.pool_size, shape.num_kv_heads, shape.head_dim)
         layers.append(Layer(
             q=torch.randn(shape.batch * shape.num_drafts, shape.num_q_heads, shape.head_dim,
-                          device="cuda", dtype=torch.bfloat16),
-            k_cache=torch.randn(kv, device="cuda", dtype=torch.bfloat16),
-            v_cache=torch.randn(kv, device="cuda", dtype=torch.bfloat16),
+                          device=device, dtype=torch.bfloat16),
+            k_cache=torch.randn(kv, device=device, dtype=torch.bfloat16),
+            v_cache=torch.randn(kv, device=device, dtype=torch.bfloat16),
         ))
     return Workload(
         shape=shape,
-        req_to_token=slots.req_to_token.to(torch.int32).cuda(),
-        req_pool_indices=slots.req_pool_indices.cuda(),
-        seq_lens=torch.full((shape.batch,), shape.seq_len, dtype=torch.int64, device="cuda"),
-        tree_mask=make_tree_masks(shape.batch, shape.num_drafts, "eagle", gen).cuda(),
+        req_to_token=slots.req_to_token.to(torch.int32).to(device),
+        req_pool_indices=slots.req_pool_indices.to(device),
+        seq_lens=torch.full((shape.batch,), shape.seq_len, dtype=torch.int64, device=device),
+        tree_mask=make_tree_masks(shape.batch, shape.num_drafts, "eagle", gen).to(device),
         layers=layers,
     )

@@ -57,6 +57,44 @@ METHOD_LAYOUTS = [("verify_ops", "fragmented"), ("verify_ops", "contiguous"),
                   ("sdpa", "fragmented"), ("sdpa", "contiguous"), ("flex", "fragmented")]
 
 
+# On CPU: the methods that run there (Triton's interpreter gets bf16 wrong),
+# at two small shapes.
+@pytest.mark.parametrize("batch,seq_len,drafts,heads", [(2, 100, 8, (8, 2, 64)),
+                                                      (1, 40, 16, (4, 1, 128))])
+@pytest.mark.parametrize("method,layout", [(m, lay) for m, lay in METHOD_LAYOUTS
+                                           if m != "triton"])
+def test_every_method_matches_the_reference_on_cpu(method, layout, batch, seq_len, drafts,
+                                                   heads):
+    from bench.bench_tree_attn import check_method
+    from bench.workload import make_workload
+
+    w = make_workload(Shape(batch, seq_len, drafts, *heads, layout), num_layers=2, device="cpu")
+    assert check_method(method, w) < CHECK_TOL
+
+
+def test_flex_falls_back_to_its_main_kernel_where_the_default_does_not_compile(monkeypatch):
+    from bench import methods
+    from bench.bench_tree_attn import check_method
+    from bench.workload import make_workload
+
+    real_compile = torch.compile
+
+    def default_fails(fn, **kwargs):  # as NoValidChoicesError did at D32-D64 with GQA
+        compiled = real_compile(fn, **kwargs)
+
+        def call(*args, kernel_options=None, **kw):
+            if kernel_options is None:
+                raise RuntimeError("injected: no valid kernel")
+            return compiled(*args, kernel_options=kernel_options, **kw)
+        return call
+
+    monkeypatch.setattr(torch, "compile", default_fails)
+    w = make_workload(Shape(1, 100, 8, 8, 2, 64, "fragmented"), num_layers=1, device="cpu")
+    calls = methods.prepare_flex(w)
+    assert "FORCE_USE_FLEX_ATTENTION" in calls[0].note
+    assert check_method("flex", w) < CHECK_TOL
+
+
 @needs_cuda
 @pytest.mark.parametrize("batch,seq_len,drafts,heads", [(1, 300, 8, (32, 8, 128)),
                                                       (2, 1000, 16, (8, 1, 128)),
