@@ -66,7 +66,10 @@ void bump_written_arguments(const c10::OperatorHandle& op, c10::DispatchKeySet k
     const at::AutoDispatchBelowADInplaceOrView guard;
     op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
   }
-  for (const at::Tensor& t : written) t.unsafeGetTensorImpl()->bump_version();
+  // Inference tensors have no version to bump; the op writes them as it did
+  // before it bumped any (ATen's in-place ops refuse them outside inference mode).
+  for (const at::Tensor& t : written)
+    if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
 }
 
 }  // namespace

@@ -139,6 +139,16 @@ def test_out_variant_bumps_the_version_of_out(device):
         loss.backward()
 
 
+def test_out_made_under_inference_mode_is_written_outside_it(device):
+    """Such a tensor has no version counter: the op writes it, as it did
+    before it bumped versions (SGLang may allocate buffers either way)."""
+    case = make_case([20, 3], 4, 4, 2, 64, device=device, seed=11)
+    with torch.inference_mode():
+        out = torch.full_like(case.q, float("nan"))
+    verify_ops.tree_attn_out(*case.args(), out)
+    assert relative_error(out, tree_attn_ref(*case.args())) < TOL[torch.bfloat16]
+
+
 @pytest.mark.parametrize("sm_scale", [0.7, -0.05, 0.0])
 def test_any_softmax_scale(device, sm_scale):
     """The CUDA kernels scale each tile's max rather than each score, so a
