@@ -178,9 +178,11 @@ def tree_attn(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     Returns:
         ``[bs*D, Hq, d]`` in q's dtype.
 
-    CUDA supports head dims 64, 128 and 256. Value checks (slots inside the
-    pool, ``seq_lens + D <= max_ctx``, request rows in range) need a device
-    sync and run only with ``VERIFY_OPS_DEBUG=1``.
+    CUDA supports head dims 64, 128 and 256, and at most 65535 (request, KV
+    head) pairs, 2^32 pool slots, 2^31 - 1 positions per request and 2^31 - 1
+    query rows. Value checks (slots inside the pool, ``seq_lens + D <=
+    max_ctx``, request rows in range) always run on CPU; on CUDA they need a
+    device sync and run only with ``VERIFY_OPS_DEBUG=1``.
     """
     return torch.ops.verify.tree_attn(q, k_cache, v_cache, req_to_token, req_pool_indices,
                                       seq_lens, tree_mask, sm_scale)

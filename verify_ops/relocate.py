@@ -97,7 +97,8 @@ def relocate_kv(k_caches: Sequence[torch.Tensor], v_caches: Sequence[torch.Tenso
 
     ``src_slots`` and ``dst_slots`` must be disjoint and ``dst_slots`` must
     not repeat a slot, or the result depends on the copy order. Those value
-    checks (plus slots inside the pool) need a device sync and run only with
-    ``VERIFY_OPS_DEBUG=1``, so by default the op is safe to capture.
+    checks (plus slots inside the pool) always run on CPU; on CUDA they need a
+    device sync and run only with ``VERIFY_OPS_DEBUG=1``, so by default the op
+    is safe to capture. The caches' version counters are bumped.
     """
     torch.ops.verify.relocate_kv(list(k_caches), list(v_caches), src_slots, dst_slots)
