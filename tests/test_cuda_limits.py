@@ -64,7 +64,7 @@ def test_more_request_kv_head_pairs_than_a_grid_row_takes_is_refused():
     mask = torch.ones(bs, 1, 1, dtype=torch.bool, device="cuda")
     with pytest.raises(RuntimeError, match=r"at most 65535 \(request, KV head\) pairs "
                                            r"\(bs \* Hkv\), got 65536 \* 1"):
-        verify_ops.tree_attn(q, k, k, req_to_token, rows, seq_lens, mask)
+        verify_ops.tree_attn(q, k, k, req_to_token, rows, seq_lens, mask, 0.125)
 
 
 def test_contiguous_q_at_an_unaligned_address():
