@@ -195,14 +195,11 @@ void launch_for_rows(TreeAttnParams& params, const at::Tensor& q, int64_t max_co
     return launch<T, HEAD_DIM, 2>(params, q, max_context, stream);
   const int device = q.get_device();
 #ifdef VERIFY_OPS_SM90A
-  if constexpr (HEAD_DIM <= 128) {
-    // A producer warpgroup feeds the two warpgroups where wgmma runs (sm_90a;
-    // not at head_dim 256, whose wgmma kernel keeps no scores ahead).
-    if (params.rows_per_kv_head > 64 &&
-        device_attribute<cudaDevAttrComputeCapabilityMajor>(device) == 9 &&
-        fits_in_shared_memory<HEAD_DIM, 1, 12>(device))
-      return launch<T, HEAD_DIM, 1, 12>(params, q, max_context, stream);
-  }
+  // A producer warpgroup feeds the two warpgroups where wgmma runs (sm_90a).
+  if (params.rows_per_kv_head > 64 &&
+      device_attribute<cudaDevAttrComputeCapabilityMajor>(device) == 9 &&
+      fits_in_shared_memory<HEAD_DIM, 1, 12>(device))
+    return launch<T, HEAD_DIM, 1, 12>(params, q, max_context, stream);
 #endif
   if (params.rows_per_kv_head > 64 && fits_in_shared_memory<HEAD_DIM, 1, 8>(device))
     return launch<T, HEAD_DIM, 1, 8>(params, q, max_context, stream);

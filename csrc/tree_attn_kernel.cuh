@@ -27,10 +27,9 @@ struct TileConfig {
   // each KV tile once for twice the rows, which halves the L2-to-SM traffic
   // of many-row cases, and their MMAs overlap their softmax (see the kernel).
   // Twelve are those eight plus a producer warpgroup that does all copies
-  // (sm_90a, head_dim <= 128), handing stages over through mbarriers.
+  // (sm_90a), handing stages over through mbarriers.
   static constexpr int kWarps = WARPS;
-  static_assert(WARPS == 4 || ((WARPS == 8 || (WARPS == 12 && HEAD_DIM <= 128)) && KEY_SPLIT == 1),
-                "bad WARPS");
+  static_assert(WARPS == 4 || ((WARPS == 8 || WARPS == 12) && KEY_SPLIT == 1), "bad WARPS");
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kProducerWarps = WARPS == 12 ? 4 : 0;
   static constexpr int kConsumerThreads = (kWarps - kProducerWarps) * 32;
@@ -61,9 +60,9 @@ struct TileConfig {
   // One warpgroup MMA covers 64 rows of a CTA whose warps do not split keys.
   static constexpr bool kWarpgroupMma = KEY_SPLIT == 1;
   // At head_dim 256 the wgmma kernels (one CTA per SM, Q in shared memory)
-  // keep three 32-token tiles in flight with one warpgroup, two with two
-  // (see kPrefetch); the key-split mma.sync kernels have two stages, so that
-  // two CTAs share an SM.
+  // keep three 32-token tiles in flight with one warpgroup, two with two or
+  // with a producer (see kPrefetch); the key-split mma.sync kernels have two
+  // stages, so that two CTAs share an SM.
   static constexpr int kStages =
       HEAD_DIM <= 128 ? (WARPS == 4 ? 3 : 6) : (kWarpgroupMma ? 4 : 2);
   static constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
@@ -394,15 +393,15 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // t + kPrefetch + kStages (the first group also Q), so slot indices are in
   // shared memory well before the KV copies that need them are issued. Two
   // warpgroups refill only the stage both left a step earlier: one warpgroup
-  // may still run its P V on the stage the other has just finished. At
-  // head_dim <= 128 they also compute the next tile's scores during this
-  // one's softmax (kScoresAhead); at 256 that costs spills (NOTES, v7).
-  constexpr bool kTwoWarpgroups = kWgmma && Cfg::kRowWarps == 8;
-  constexpr bool kScoresAhead = kTwoWarpgroups && HEAD_DIM <= 128;
-  constexpr int kPrefetch = kTwoWarpgroups ? Cfg::kStages - 2 : Cfg::kStages - 1;
-  // With a producer warpgroup (see below), the consumers run the
-  // scores-ahead loop; other devices never launch this configuration.
+  // may still run its P V on the stage the other has just finished. They
+  // also compute the next tile's scores during this one's softmax
+  // (kScoresAhead), except at head_dim 256 without a producer warpgroup
+  // (see below), where that spills (NOTES, v7): the producer takes the
+  // copies' registers. Other devices never launch the producer kernel.
   constexpr bool kWarpSpecialized = Cfg::kProducerWarps > 0;
+  constexpr bool kTwoWarpgroups = kWgmma && Cfg::kRowWarps == 8;
+  constexpr bool kScoresAhead = kTwoWarpgroups && (HEAD_DIM <= 128 || kWarpSpecialized);
+  constexpr int kPrefetch = kTwoWarpgroups ? Cfg::kStages - 2 : Cfg::kStages - 1;
   static_assert(!kWarpSpecialized || !VERIFY_OPS_HAS_WGMMA || kScoresAhead,
                 "the producer feeds the scores-ahead loop only");
   // Slot entries are 8 bytes; the kernel reads the low 32 bits of each (int32
@@ -573,6 +572,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   };
   if constexpr (kWarpSpecialized) {
     cp_async_wait<0>();  // this thread's Q copies
+    if constexpr (!Cfg::kQInRegisters) fence_shared_for_wgmma();  // wgmma reads Q there
     named_barrier_sync<kQLandedBarrier, Cfg::kConsumerThreads>();  // everyone's
   }
   if constexpr (Cfg::kQInRegisters) {

@@ -4,9 +4,9 @@
 
 Covers the split-KV path (long requests), the direct-write path (short ones),
 an empty prefix, GQA with a partial 128-row tile (on sm_90a two warpgroups
-of wgmma fed by a producer warpgroup through mbarriers, at head_dim 64 and
-128, taking turns on the tensor cores), a four-warp wgmma tile, wgmma with Q from
-shared memory (head_dim 256), the key-split warps (2 and 4 warps share a KV
+of wgmma fed by a producer warpgroup through mbarriers, at head_dim 64, 128
+and 256, taking turns on the tensor cores), a four-warp wgmma tile, wgmma with Q
+from shared memory (head_dim 256), the key-split warps (2 and 4 warps share a KV
 tile) and both merge kernels (up to 64 splits, and more); exits non-zero if
 a result is wrong.
 """

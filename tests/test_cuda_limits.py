@@ -26,8 +26,8 @@ def test_uneven_lengths_in_one_batch():
 
 
 # Tens of KV tiles per split, so that every pipeline stage is refilled many
-# times over (the stage barriers of the producer-warpgroup kernel, head_dim 64
-# and 128 on sm_90a, change phase each time round); 96 rows per KV head.
+# times over (the stage barriers of the producer-warpgroup kernel, every head
+# dim on sm_90a, change phase each time round); 96 rows per KV head.
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_many_tiles_per_split(head_dim):
     case = make_case([60_000, 3], 12, 16, 2, head_dim, device="cuda", tree="random",
