@@ -195,8 +195,10 @@ void launch_for_rows(TreeAttnParams& params, const at::Tensor& q, int64_t max_co
     return launch<T, HEAD_DIM, 2>(params, q, max_context, stream);
   const int device = q.get_device();
 #ifdef VERIFY_OPS_SM90A
-  // A producer warpgroup feeds the two warpgroups where wgmma runs (sm_90a).
-  if (params.rows_per_kv_head > 64 &&
+  // A producer warpgroup feeds the two warpgroups where wgmma runs (sm_90a);
+  // at head_dim 256 only past 128 rows, where it wins 1.04-1.09x (NOTES v15).
+  constexpr int kProducerMinRows = HEAD_DIM == 256 ? 129 : 65;
+  if (params.rows_per_kv_head >= kProducerMinRows &&
       device_attribute<cudaDevAttrComputeCapabilityMajor>(device) == 9 &&
       fits_in_shared_memory<HEAD_DIM, 1, 12>(device))
     return launch<T, HEAD_DIM, 1, 12>(params, q, max_context, stream);

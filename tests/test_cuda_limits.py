@@ -27,11 +27,12 @@ def test_uneven_lengths_in_one_batch():
 
 # Tens of KV tiles per split, so that every pipeline stage is refilled many
 # times over (the stage barriers of the producer-warpgroup kernel, every head
-# dim on sm_90a, change phase each time round); 96 rows per KV head.
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_many_tiles_per_split(head_dim):
-    case = make_case([60_000, 3], 12, 16, 2, head_dim, device="cuda", tree="random",
-                     seed=head_dim)
+# dim on sm_90a, change phase each time round); 96 rows per KV head, and 160
+# at head_dim 256, where the producer kernel takes more than 128.
+@pytest.mark.parametrize("head_dim,num_drafts", [(64, 12), (128, 12), (256, 12), (256, 20)])
+def test_many_tiles_per_split(head_dim, num_drafts):
+    case = make_case([60_000, 3], num_drafts, 16, 2, head_dim, device="cuda", tree="random",
+                     seed=head_dim + num_drafts)
     check_into_poisoned_out(case)
 
 

@@ -65,11 +65,12 @@ def test_tree_shapes(device, num_drafts, tree):
     check(case, TOL[torch.bfloat16])
 
 
-# (D, group, head_dim, dtype): 16, 64 and 128 rows per KV head, each head dim,
+# (D, group, head_dim, dtype): 16, 64, 128 and 256 rows per KV head, each head dim,
 # and fp16, whose range (65504) bounds the probabilities the kernels accept.
 @pytest.mark.parametrize("num_drafts,group,head_dim,dtype", [
     (8, 2, 128, torch.bfloat16), (8, 8, 128, torch.bfloat16), (16, 8, 128, torch.bfloat16),
-    (16, 8, 128, torch.float16), (16, 8, 64, torch.bfloat16), (16, 8, 256, torch.bfloat16)])
+    (16, 8, 128, torch.float16), (16, 8, 64, torch.bfloat16), (16, 8, 256, torch.bfloat16),
+    (32, 8, 256, torch.float16)])
 def test_scores_that_jump_along_the_context(device, num_drafts, group, head_dim, dtype):
     """Every 97 keys each score steps up by 2^24 (in softmax weight), seven
     times, then falls back: the running max keeps moving past the CUDA
