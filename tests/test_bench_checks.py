@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import verify_ops
-from bench.bench_tree_attn import CHECK_TOL, format_table, short_check_shape
-from bench.workload import Shape
+from bench.bench_tree_attn import CHECK_TOL, check_method, format_table, short_check_shape
+from bench.workload import Shape, make_workload
 from verify_ops.cases import make_case
 from verify_ops.reference import relative_error, tree_attn_ref
 
@@ -65,18 +65,12 @@ METHOD_LAYOUTS = [("verify_ops", "fragmented"), ("verify_ops", "contiguous"),
                                            if m != "triton"])
 def test_every_method_matches_the_reference_on_cpu(method, layout, batch, seq_len, drafts,
                                                    heads):
-    from bench.bench_tree_attn import check_method
-    from bench.workload import make_workload
-
     w = make_workload(Shape(batch, seq_len, drafts, *heads, layout), num_layers=2, device="cpu")
     assert check_method(method, w) < CHECK_TOL
 
 
 def test_flex_falls_back_to_its_main_kernel_where_the_default_does_not_compile(monkeypatch):
     from bench import methods
-    from bench.bench_tree_attn import check_method
-    from bench.workload import make_workload
-
     real_compile = torch.compile
 
     def default_fails(fn, **kwargs):  # as NoValidChoicesError did at D32-D64 with GQA
@@ -103,9 +97,6 @@ def test_flex_falls_back_to_its_main_kernel_where_the_default_does_not_compile(m
 @pytest.mark.parametrize("method,layout", METHOD_LAYOUTS)
 def test_every_method_matches_the_reference_on_every_layer(method, layout, batch, seq_len,
                                                           drafts, heads):
-    from bench.bench_tree_attn import check_method
-    from bench.workload import make_workload
-
     if method == "triton":
         pytest.importorskip("sglang.kernels.ops.attention.extend_attention")
     w = make_workload(Shape(batch, seq_len, drafts, *heads, layout), num_layers=2)
