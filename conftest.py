@@ -16,3 +16,14 @@ DEVICES = [
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param
+
+
+@pytest.fixture(params=[False, True], ids=["default", "VERIFY_OPS_DEBUG=1"])
+def debug(request, monkeypatch):
+    """Runs a test with VERIFY_OPS_DEBUG unset and set to 1 (the CUDA kernels'
+    value checks); the fixture's value says which."""
+    if request.param:
+        monkeypatch.setenv("VERIFY_OPS_DEBUG", "1")
+    else:
+        monkeypatch.delenv("VERIFY_OPS_DEBUG", raising=False)
+    return request.param
