@@ -102,16 +102,21 @@ def shapes_of(args) -> list[Shape]:
                 args.layouts.split(","))]
 
 
+def roofline(shape: Shape, ceilings: dict) -> tuple[float, str]:
+    """The case's roofline µs (the larger of its memory and math times) and which bounds it."""
+    memory_s = shape.kv_bytes / ceilings["copy_bytes_per_s"]
+    math_s = shape.flops / ceilings["matmul_flops_per_s"]
+    return max(memory_s, math_s) * 1e6, "memory" if memory_s >= math_s else "math"
+
+
 def run_case(shape: Shape, methods: list[str], ceilings: dict) -> dict:
     w = make_workload(shape)
     ref = tree_attn_ref(*w.case(0).args())
     short = make_workload(short_check_shape(shape), num_layers=1)
-    roof_us = max(shape.kv_bytes / ceilings["copy_bytes_per_s"],
-                  shape.flops / ceilings["matmul_flops_per_s"]) * 1e6
+    roof_us, bound = roofline(shape, ceilings)
     row = {"shape": shape.__dict__, "label": shape.label(), "num_layers": len(w.layers),
            "kv_bytes": shape.kv_bytes, "flops": shape.flops, "roofline_us": roof_us,
-           "bound": "memory" if shape.kv_bytes / ceilings["copy_bytes_per_s"]
-           >= shape.flops / ceilings["matmul_flops_per_s"] else "math", "methods": {}}
+           "bound": bound, "methods": {}}
     for name in methods:
         result = {}
         try:
