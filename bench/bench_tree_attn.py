@@ -109,6 +109,15 @@ def roofline(shape: Shape, ceilings: dict) -> tuple[float, str]:
     return max(memory_s, math_s) * 1e6, "memory" if memory_s >= math_s else "math"
 
 
+def methods_for(shape: Shape, args, methods: list[str]) -> list[str]:
+    """The methods timed on ``shape``: verify_ops always, the baselines where the
+    --baseline-* lists hold the case."""
+    with_baselines = (shape.batch in ints(args.baseline_batches)
+                      and shape.layout in args.baseline_layouts.split(",")
+                      and shape.num_drafts in ints(args.baseline_drafts))
+    return [m for m in methods if m == "verify_ops" or with_baselines]
+
+
 def run_case(shape: Shape, methods: list[str], ceilings: dict) -> dict:
     w = make_workload(shape)
     ref = tree_attn_ref(*w.case(0).args())
@@ -228,11 +237,7 @@ def main(argv=None):
             "python": platform.python_version(), **ceilings, **sustained}
     rows = []
     for shape in shapes_of(args):
-        with_baselines = (shape.batch in ints(args.baseline_batches)
-                          and shape.layout in args.baseline_layouts.split(",")
-                          and shape.num_drafts in ints(args.baseline_drafts))
-        run = [m for m in methods if m == "verify_ops" or with_baselines]
-        row = run_case(shape, run, ceilings)
+        row = run_case(shape, methods_for(shape, args, methods), ceilings)
         rows.append(row)
         brief = {m: (f"{r['us']:.1f}us" if "us" in r else r.get("error", "?"))
                  for m, r in row["methods"].items()}

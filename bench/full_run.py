@@ -1,0 +1,92 @@
+"""The committed H200 table, reproduced: every part of the full run, in order.
+
+    python -m bench.full_run              # all parts; JSON and PNG per part in bench_out/full_run/
+    python -m bench.full_run --part 3     # one part (the lent H200 allows 10 minutes a call)
+    python -m bench.full_run --list       # the parts and their exact commands
+
+Each part is one ``bench.bench_tree_attn`` (or ``bench.floor_probe``) command:
+together they time all 240 cases for verify_ops, and the baselines where the
+issue's targets need them (Triton at batch 1, 64k, every D and both layouts),
+within a device call each. ``bench/results/README.md`` names the part behind
+each committed file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    module: str      # "bench_tree_attn" or "floor_probe"
+    args: tuple[str, ...]
+
+    def argv(self, out_dir: str) -> list[str]:
+        """The part's command-line arguments, writing under ``out_dir``."""
+        out = ["--out", os.path.join(out_dir, f"{self.name}.json")]
+        if self.module == "bench_tree_attn":
+            out += ["--plot", os.path.join(out_dir, f"{self.name}.png")]
+        return [*self.args, *out]
+
+
+# Flex compiles once per case (tens of seconds), so it runs on a sample: every
+# head shape at D8 and D64, batch 1, 4k and 64k.
+PARTS = (
+    Part("bs1-64k", "bench_tree_attn",
+         ("--batches", "1", "--contexts", "65536", "--methods", "verify_ops,triton,sdpa",
+          "--baseline-batches", "1", "--baseline-layouts", "fragmented,contiguous",
+          "--baseline-drafts", "8,16,32,64")),
+    Part("bs1-4k16k", "bench_tree_attn",
+         ("--batches", "1", "--contexts", "4096,16384", "--methods", "verify_ops,triton,sdpa",
+          "--baseline-batches", "1", "--baseline-layouts", "fragmented",
+          "--baseline-drafts", "8,64")),
+    Part("bs8", "bench_tree_attn",
+         ("--batches", "8", "--methods", "verify_ops,triton,sdpa", "--baseline-batches", "8",
+          "--baseline-layouts", "fragmented", "--baseline-drafts", "8")),
+    Part("flex", "bench_tree_attn",
+         ("--batches", "1", "--contexts", "4096,65536", "--drafts", "8,64",
+          "--layouts", "fragmented", "--methods", "verify_ops,flex", "--baseline-batches", "1",
+          "--baseline-layouts", "fragmented", "--baseline-drafts", "8,64")),
+    Part("floor-bs1-4k", "floor_probe",
+         ("--batches", "1", "--contexts", "4096", "--layouts", "fragmented")),
+)
+
+
+def command(part: Part, out_dir: str) -> str:
+    return " ".join(["python -m", f"bench.{part.module}", *part.argv(out_dir)])
+
+
+def run(part: Part, out_dir: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    print(f"=== part {part.name}: {command(part, out_dir)}", flush=True)
+    if part.module == "bench_tree_attn":
+        from . import bench_tree_attn as module
+    else:
+        from . import floor_probe as module
+    module.main(part.argv(out_dir))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--part", type=int, choices=range(1, len(PARTS) + 1),
+                   help="run only this part (1-based; --list shows them)")
+    p.add_argument("--list", action="store_true", help="print the parts' commands and exit")
+    p.add_argument("--out-dir", default="bench_out/full_run")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.list:
+        for i, part in enumerate(PARTS, 1):
+            print(f"{i}. {part.name}: {command(part, args.out_dir)}")
+        return
+    for part in ([PARTS[args.part - 1]] if args.part else PARTS):
+        run(part, args.out_dir)
+
+
+if __name__ == "__main__":
+    main()
