@@ -181,24 +181,35 @@ def format_table(rows: list[dict], methods: list[str]) -> str:
     return "\n".join(lines)
 
 
+def plot_panels(rows: list[dict]) -> list[tuple[str, list[dict]]]:
+    """The plot's panels: (title, rows by context) for up to four head shapes at
+    D8 or D64, fragmented, at the run's smallest batch (batch 1 where it has it)."""
+    batch = min((r["shape"]["batch"] for r in rows), default=1)
+
+    def key(r):
+        s = r["shape"]
+        return s["num_q_heads"], s["num_kv_heads"], s["head_dim"], s["num_drafts"]
+
+    mine = [r for r in rows if r["shape"]["batch"] == batch
+            and r["shape"]["layout"] == "fragmented"]
+    picks = sorted({key(r) for r in mine})
+    picks = [p for p in picks if p[3] in (8, 64)] or picks
+    picks = sorted(picks, key=lambda p: (p[:3] != (32, 8, 128), p))[:4]  # Llama-3-8B first
+    return [(f"bs{batch} D{d} Hq{hq}/Hkv{hkv}/d{hd}",
+             sorted((r for r in mine if key(r) == (hq, hkv, hd, d)),
+                    key=lambda r: r["shape"]["seq_len"]))
+            for hq, hkv, hd, d in picks]
+
+
 def plot(rows: list[dict], path: str, methods: list[str]) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    picks = sorted({(r["shape"]["num_q_heads"], r["shape"]["num_kv_heads"], r["shape"]["head_dim"],
-                     r["shape"]["num_drafts"]) for r in rows
-                    if r["shape"]["batch"] == 1 and r["shape"]["layout"] == "fragmented"})
-    picks = [p for p in picks if p[3] in (8, 64)] or picks
-    picks = sorted(picks, key=lambda p: (p[:3] != (32, 8, 128), p))[:4]  # Llama-3-8B first
-    fig, axes = plt.subplots(1, max(1, len(picks)), figsize=(5 * max(1, len(picks)), 4),
+    panels = plot_panels(rows)
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(5 * max(1, len(panels)), 4),
                              squeeze=False)
-    for ax, (hq, hkv, hd, d) in zip(axes[0], picks):
-        sel = sorted((r for r in rows if r["shape"]["batch"] == 1
-                      and r["shape"]["layout"] == "fragmented"
-                      and (r["shape"]["num_q_heads"], r["shape"]["num_kv_heads"],
-                           r["shape"]["head_dim"], r["shape"]["num_drafts"]) == (hq, hkv, hd, d)),
-                     key=lambda r: r["shape"]["seq_len"])
+    for ax, (title, sel) in zip(axes[0], panels):
         ctx = [r["shape"]["seq_len"] for r in sel]
         ax.plot(ctx, [r["roofline_us"] for r in sel], "k--", label="roofline")
         for m in methods:
@@ -207,7 +218,7 @@ def plot(rows: list[dict], path: str, methods: list[str]) -> None:
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=m)
         ax.set(xscale="log", yscale="log", xlabel="context (tokens)", ylabel="µs per layer",
-               title=f"bs1 D{d} Hq{hq}/Hkv{hkv}/d{hd}")
+               title=title)
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

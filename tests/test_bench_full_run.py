@@ -55,3 +55,4 @@ def test_list_prints_each_parts_exact_command(capsys):
     assert lines[0].startswith("1. bs1-64k: python -m bench.bench_tree_attn --batches 1")
     assert lines[0].endswith("--out o/bs1-64k.json --plot o/bs1-64k.png")
     assert lines[-1].endswith("--out o/floor-bs1-4k.json")
+
