@@ -224,6 +224,23 @@ def plot(rows: list[dict], path: str, methods: list[str]) -> None:
     fig.savefig(path, dpi=110)
 
 
+def burst_ceilings() -> dict:
+    """The roofline's ceilings: copy and bf16 matmul rates of a short burst, before
+    the power cap lowers the clock (the higher rates: the stricter roofline)."""
+    return {"copy_bytes_per_s": copy_bandwidth_bytes_per_s(settle_s=0),
+            "matmul_flops_per_s": matmul_flops_per_s(settle_s=0)}
+
+
+def save_rows(path: str | None, meta: dict, rows: list[dict]) -> None:
+    """Writes the JSON results so far; called after every case, so that a run cut
+    short still leaves its results."""
+    if not path:
+        return
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
+
 def main(argv=None):
     args = parse_args(argv)
     methods = [m for m in args.methods.split(",") if m]
@@ -231,11 +248,9 @@ def main(argv=None):
         methods.remove("verify_ops")
         methods.insert(0, "verify_ops")
     torch.manual_seed(0)
-    # The roofline takes the ceilings of a short burst, before the power cap
-    # lowers the clock (the higher rates: the stricter roofline); the cases are
-    # timed sustained (bench/timing.py). The sustained ceilings are recorded too.
-    ceilings = {"copy_bytes_per_s": copy_bandwidth_bytes_per_s(settle_s=0),
-                "matmul_flops_per_s": matmul_flops_per_s(settle_s=0)}
+    # The cases are timed sustained (bench/timing.py); the sustained ceilings
+    # are recorded beside the burst ones the roofline takes.
+    ceilings = burst_ceilings()
     sustained = {"copy_bytes_per_s_sustained": copy_bandwidth_bytes_per_s(),
                  "matmul_flops_per_s_sustained": matmul_flops_per_s()}
     print(f"device {torch.cuda.get_device_name()}: copy {ceilings['copy_bytes_per_s'] / 1e12:.2f} "
@@ -253,10 +268,7 @@ def main(argv=None):
         brief = {m: (f"{r['us']:.1f}us" if "us" in r else r.get("error", "?"))
                  for m, r in row["methods"].items()}
         print(f"{shape.label():34} roof {row['roofline_us']:.1f}us {brief}", flush=True)
-        if args.out:  # after every case, so a run cut short still leaves its results
-            os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-            with open(args.out, "w") as f:
-                json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        save_rows(args.out, meta, rows)
     table = format_table(rows, methods)
     if args.plot:
         os.makedirs(os.path.dirname(args.plot) or ".", exist_ok=True)

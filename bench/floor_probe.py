@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import json
-import os
 import platform
 import sys
 from typing import Callable
@@ -38,8 +36,8 @@ from typing import Callable
 import torch
 
 from .bench_tree_attn import parse_args as bench_parse_args
-from .bench_tree_attn import roofline, shapes_of
-from .timing import copy_bandwidth_bytes_per_s, matmul_flops_per_s, time_per_layer_us
+from .bench_tree_attn import burst_ceilings, roofline, save_rows, shapes_of
+from .timing import time_per_layer_us
 from .workload import Shape, Workload, make_workload
 
 try:
@@ -218,9 +216,7 @@ def main(argv=None) -> list[dict]:
     if triton is None:
         raise SystemExit("bench.floor_probe needs Triton")
     torch.manual_seed(0)
-    # The burst ceilings, as bench_tree_attn's roofline takes them.
-    ceilings = {"copy_bytes_per_s": copy_bandwidth_bytes_per_s(settle_s=0),
-                "matmul_flops_per_s": matmul_flops_per_s(settle_s=0)}
+    ceilings = burst_ceilings()  # as bench_tree_attn's roofline takes them
     print(f"device {torch.cuda.get_device_name()}: copy {ceilings['copy_bytes_per_s'] / 1e12:.2f} "
           f"TB/s, bf16 matmul {ceilings['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s", flush=True)
     meta = {"command": " ".join(["python -m bench.floor_probe"] + (argv or sys.argv[1:])),
@@ -233,10 +229,7 @@ def main(argv=None) -> list[dict]:
         rows.append(row)
         print(f"{shape.label():34} roof {row['roofline_us']:.1f}us empty {row['empty_us']:.2f}us "
               f"chain {row['chain_us']:.2f}us reachable {row['reachable']}", flush=True)
-        if args.out:  # after every case, so a run cut short still leaves its results
-            os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-            with open(args.out, "w") as f:
-                json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        save_rows(args.out, meta, rows)
     print(format_table(rows))
     return rows
 
