@@ -102,11 +102,15 @@ def shapes_of(args) -> list[Shape]:
                 args.layouts.split(","))]
 
 
-def roofline(shape: Shape, ceilings: dict) -> tuple[float, str]:
-    """The case's roofline µs (the larger of its memory and math times) and which bounds it."""
+def case_row(shape: Shape, num_layers: int, ceilings: dict) -> dict:
+    """A result row's case fields: the shape, its bytes and FLOPs, and its roofline µs
+    (the larger of its memory and math times) with the bound that sets it."""
     memory_s = shape.kv_bytes / ceilings["copy_bytes_per_s"]
     math_s = shape.flops / ceilings["matmul_flops_per_s"]
-    return max(memory_s, math_s) * 1e6, "memory" if memory_s >= math_s else "math"
+    return {"shape": shape.__dict__, "label": shape.label(), "num_layers": num_layers,
+            "kv_bytes": shape.kv_bytes, "flops": shape.flops,
+            "roofline_us": max(memory_s, math_s) * 1e6,
+            "bound": "memory" if memory_s >= math_s else "math"}
 
 
 def methods_for(shape: Shape, args, methods: list[str]) -> list[str]:
@@ -122,10 +126,7 @@ def run_case(shape: Shape, methods: list[str], ceilings: dict) -> dict:
     w = make_workload(shape)
     ref = tree_attn_ref(*w.case(0).args())
     short = make_workload(short_check_shape(shape), num_layers=1)
-    roof_us, bound = roofline(shape, ceilings)
-    row = {"shape": shape.__dict__, "label": shape.label(), "num_layers": len(w.layers),
-           "kv_bytes": shape.kv_bytes, "flops": shape.flops, "roofline_us": roof_us,
-           "bound": bound, "methods": {}}
+    row = {**case_row(shape, len(w.layers), ceilings), "methods": {}}
     for name in methods:
         result = {}
         try:
@@ -137,7 +138,7 @@ def run_case(shape: Shape, methods: list[str], ceilings: dict) -> dict:
             result["rel_err"] = err
             if err < CHECK_TOL and result["rel_err_short"] < CHECK_TOL:
                 result["us"] = time_per_layer_us(calls)
-                result["pct_roofline"] = 100 * roof_us / result["us"]
+                result["pct_roofline"] = 100 * row["roofline_us"] / result["us"]
             else:
                 result["error"] = (f"WRONG: relative error {err:.3g}, "
                                    f"{result['rel_err_short']:.3g} at context {short.shape.seq_len}")

@@ -36,7 +36,7 @@ from typing import Callable
 import torch
 
 from .bench_tree_attn import parse_args as bench_parse_args
-from .bench_tree_attn import burst_ceilings, roofline, save_rows, shapes_of
+from .bench_tree_attn import burst_ceilings, case_row, save_rows, shapes_of
 from .timing import time_per_layer_us
 from .workload import Shape, Workload, make_workload
 
@@ -165,18 +165,15 @@ def verify(w: Workload, chain_outs: list[torch.Tensor], chain: list[Callable],
 
 def run_case(shape: Shape, ceilings: dict) -> dict:
     w = make_workload(shape)
-    roof_us, bound = roofline(shape, ceilings)
     empty_outs = [torch.empty(1, device="cuda") for _ in w.layers]
     chain_outs = [torch.empty_like(lay.q) for lay in w.layers]  # allocated outside the graph
     empty = [empty_call(o) for o in empty_outs]
     chain = [chain_call(w, i, o) for i, o in enumerate(chain_outs)]
     verify(w, chain_outs, chain, empty_outs, empty)
-    row = {"shape": shape.__dict__, "label": shape.label(), "num_layers": len(w.layers),
-           "kv_bytes": shape.kv_bytes, "flops": shape.flops, "roofline_us": roof_us,
-           "bound": bound, "empty_us": time_per_layer_us(empty),
+    row = {**case_row(shape, len(w.layers), ceilings), "empty_us": time_per_layer_us(empty),
            "chain_us": time_per_layer_us(chain)}
-    row.update(targets_us(shape.kv_bytes, roof_us, bound, shape.batch, shape.seq_len,
-                          shape.num_drafts))
+    row.update(targets_us(shape.kv_bytes, row["roofline_us"], row["bound"], shape.batch,
+                          shape.seq_len, shape.num_drafts))
     row["reachable"] = reachable(row["chain_us"], row["target_pct_us"], row["target_short_us"])
     del w, empty_outs, chain_outs, empty, chain
     gc.collect()
