@@ -6,9 +6,10 @@ Covers the split-KV path (long requests), the direct-write path (short ones),
 an empty prefix, GQA with a partial 128-row tile (on sm_90a two warpgroups
 of wgmma fed by a producer warpgroup through mbarriers, at head_dim 64 and
 128 taking turns on the tensor cores, at 256 past 128 rows), a four-warp wgmma
-tile, wgmma with Q from shared memory (head_dim 256), the key-split warps (2 and 4 warps share a KV
-tile) and both merge kernels (up to 64 splits, and more); exits non-zero if
-a result is wrong.
+tile (two of them for the 128 rows of a single (request, KV head)), wgmma
+with Q from shared memory (head_dim 256), the key-split warps (2 and 4 warps
+share a KV tile) and both merge kernels (up to 64 splits, and more); exits
+non-zero if a result is wrong.
 """
 
 import sys
@@ -29,6 +30,7 @@ CASES = [
     ([4_000, 0], 20, 16, 2, 256),      # 160 rows: the producer kernel at head_dim 256
     ([20_000, 1], 8, 8, 2, 128),       # 32 rows: key split 2; > 64 splits
     ([5_000, 0], 8, 4, 4, 64),         # 8 rows: key split 4; <= 64 splits
+    ([30_000], 16, 8, 1, 128),         # 128 rows of one (request, KV head): two four-warp tiles
 ]
 
 

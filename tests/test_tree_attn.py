@@ -57,6 +57,18 @@ def test_row_tilings(device, dtype, head_dim, num_drafts):
     check(case, TOL[dtype])
 
 
+# 72, 96 and 128 rows of a single (request, KV head) pair: on CUDA two 64-row
+# tiles at head_dim 64 and 128, where more pairs take one 128-row tile; a
+# prefix of 0, 1, or enough to split, ending inside a tile.
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("num_drafts", [9, 12, 16])
+@pytest.mark.parametrize("prefix", [0, 1, 5003])
+def test_one_kv_head_pair(device, head_dim, num_drafts, prefix):
+    case = make_case([prefix], num_drafts, 8, 1, head_dim, device=device, tree="random",
+                     seed=prefix + num_drafts * 10 + head_dim)
+    check(case, TOL[torch.bfloat16])
+
+
 @pytest.mark.parametrize("num_drafts,tree", [(1, "random"), (3, "chain"), (16, "eagle"),
                                              (33, "random"), (64, "eagle")])
 def test_tree_shapes(device, num_drafts, tree):
