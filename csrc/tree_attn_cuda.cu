@@ -194,24 +194,23 @@ void launch_for_rows(TreeAttnParams& params, const at::Tensor& q, int64_t max_co
   if (params.rows_per_kv_head <= 32)
     return launch<T, HEAD_DIM, 2>(params, q, max_context, stream);
   const int device = q.get_device();
-  // One (request, KV head) pair in all: two 64-row CTAs per split put twice
-  // the SMs of one 128-row CTA to work where the context is short (1.19-1.25x
-  // at 4k), and cost at most 3 % at 64k; at head_dim 256 they lost 15 % there
-  // (NOTES v22).
+  // 128-row tiles (two warpgroups) past 64 rows, except for a single
+  // (request, KV head) pair at head_dim <= 128: its two 64-row CTAs per split
+  // put twice the SMs to work at short context (1.19-1.25x at 4k) and cost at
+  // most 3 % at 64k; at head_dim 256 they lost 15 % there (NOTES v22).
   const bool one_pair = static_cast<int64_t>(params.batch) * params.num_kv_heads == 1;
-  if (HEAD_DIM <= 128 && one_pair && params.rows_per_kv_head <= 128 &&
-      fits_in_shared_memory<HEAD_DIM, 1>(device))
-    return launch<T, HEAD_DIM, 1>(params, q, max_context, stream);
+  const bool wide_tiles = params.rows_per_kv_head > 64 &&
+                          !(HEAD_DIM <= 128 && one_pair && params.rows_per_kv_head <= 128);
 #ifdef VERIFY_OPS_SM90A
   // A producer warpgroup feeds the two warpgroups where wgmma runs (sm_90a);
   // at head_dim 256 only past 128 rows, where it wins 1.04-1.09x (NOTES v15).
   constexpr int kProducerMinRows = HEAD_DIM == 256 ? 129 : 65;
-  if (params.rows_per_kv_head >= kProducerMinRows &&
+  if (wide_tiles && params.rows_per_kv_head >= kProducerMinRows &&
       device_attribute<cudaDevAttrComputeCapabilityMajor>(device) == 9 &&
       fits_in_shared_memory<HEAD_DIM, 1, 12>(device))
     return launch<T, HEAD_DIM, 1, 12>(params, q, max_context, stream);
 #endif
-  if (params.rows_per_kv_head > 64 && fits_in_shared_memory<HEAD_DIM, 1, 8>(device))
+  if (wide_tiles && fits_in_shared_memory<HEAD_DIM, 1, 8>(device))
     return launch<T, HEAD_DIM, 1, 8>(params, q, max_context, stream);
   // Devices with less shared memory than sm_90 (e.g. sm_120's 99 KB) run
   // the smaller key-split kernel instead.
