@@ -58,6 +58,11 @@ template <int ID, int THREADS>
 __device__ inline void named_barrier_sync() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
 }
+// The same for a thread count known only at run time.
+template <int ID>
+__device__ inline void named_barrier_sync(int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "r"(threads) : "memory");
+}
 // Counts this thread toward barrier ID without waiting for the others.
 template <int ID, int THREADS>
 __device__ inline void named_barrier_arrive() {

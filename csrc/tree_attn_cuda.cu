@@ -54,13 +54,13 @@ bool fits_in_shared_memory(int device) {
 // Opts the attention kernel into its dynamic shared memory and returns how
 // many of its CTAs one SM holds at once (registers and shared memory): once
 // per device, on the current one.
-template <typename T, int HEAD_DIM, int KEY_SPLIT, int WARPS>
+template <typename T, int HEAD_DIM, int KEY_SPLIT, int WARPS, bool CLUSTER_MERGE = false>
 int prepare_attention_kernel(int device) {
   using Cfg = TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>;
   static std::mutex mu;
   static std::vector<int> table;
   return cached_per_device(table, mu, device, [&] {
-    auto* kernel = tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS>;
+    auto* kernel = tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS, CLUSTER_MERGE>;
     C10_CUDA_CHECK(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     int ctas = 0;
@@ -72,21 +72,66 @@ int prepare_attention_kernel(int device) {
 
 // Launches a kernel so that, where the device allows, it starts while the
 // kernel before it in the stream drains (each kernel of the op waits for that
-// grid before it touches global memory).
+// grid before it touches global memory); in clusters of `cluster_size` CTAs
+// along x where that is more than one.
 template <typename... Args>
 void launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, int smem_bytes,
-                      cudaStream_t stream, int device, const TreeAttnParams& params) {
-  cudaLaunchAttribute overlap{};
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = 1;
+                      cudaStream_t stream, int device, const TreeAttnParams& params,
+                      int cluster_size = 1) {
+  cudaLaunchAttribute attrs[2]{};
+  int num_attrs = 0;
+  if (supports_dependent_launch(device)) {
+    attrs[num_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[num_attrs++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_size > 1) {
+    attrs[num_attrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[num_attrs++].val.clusterDim = {static_cast<unsigned>(cluster_size), 1, 1};
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(threads);
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  config.attrs = &overlap;
-  config.numAttrs = supports_dependent_launch(device) ? 1 : 0;
+  config.attrs = attrs;
+  config.numAttrs = num_attrs;
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, params));
+}
+
+// How many clusters of `cluster_size` CTAs of the cluster-merge kernel the
+// device holds at once; 0 where the kernel was not built for sm_90+ (no
+// cluster instructions) or the device launches no clusters. Once per device
+// and size.
+template <typename T, int HEAD_DIM, int KEY_SPLIT, int WARPS>
+int resident_clusters(int device, int cluster_size) {
+  using Cfg = TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>;
+  static std::mutex mu;
+  static std::vector<int> tables[kMaxClusterSplits + 1];
+  const int clusters = cached_per_device(tables[cluster_size], mu, device, [&] {
+    prepare_attention_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS, true>(device);
+    auto* kernel = tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS, true>;
+    cudaFuncAttributes attributes{};
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    if (std::min(attributes.binaryVersion, attributes.ptxVersion) < 90 ||
+        !device_attribute<cudaDevAttrClusterLaunch>(device))
+      return -1;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim = {static_cast<unsigned>(cluster_size), 1, 1};
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(cluster_size);
+    config.blockDim = dim3(Cfg::kThreads);
+    config.dynamicSmemBytes = Cfg::kSmemBytes;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    int count = 0;
+    if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) != cudaSuccess) {
+      (void)cudaGetLastError();  // no clusters of this size: the merge kernels serve
+      return -1;
+    }
+    return count > 0 ? count : -1;
+  });
+  return std::max(clusters, 0);
 }
 
 // Shared memory a merge CTA reserves, unused, so that no SM holds two: merge
@@ -149,11 +194,16 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
       prepare_attention_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS>(device);
   params.num_splits =
       choose_num_splits(ctas, resident_ctas, max_context, params.split_min_tokens);
+  // A few splits merge inside their cluster, where all the clusters fit at
+  // once (else the grid would run a second wave, NOTES v23).
+  const bool merge_in_cluster =
+      params.num_splits > 1 && params.num_splits <= kMaxClusterSplits &&
+      resident_clusters<T, HEAD_DIM, KEY_SPLIT, WARPS>(device, params.num_splits) >= ctas;
 
   const int64_t n_rows = static_cast<int64_t>(params.batch) * params.num_drafts *
                          params.num_q_heads;
   at::Tensor partial_out, partial_lse;
-  if (params.num_splits > 1) {
+  if (params.num_splits > 1 && !merge_in_cluster) {
     partial_out = at::empty({n_rows, params.num_splits, HEAD_DIM}, q.options());
     partial_lse = at::empty({n_rows, params.num_splits}, q.options().dtype(at::kFloat));
     params.partial_out = partial_out.data_ptr();
@@ -162,7 +212,11 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
 
   const dim3 grid(params.num_m_tiles * params.num_splits,
                   params.batch * params.num_kv_heads);
-  launch_dependent(tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS>, grid, Cfg::kThreads,
+  if (merge_in_cluster)
+    return launch_dependent(tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS, true>, grid,
+                            Cfg::kThreads, Cfg::kSmemBytes, stream, device, params,
+                            params.num_splits);
+  launch_dependent(tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS, false>, grid, Cfg::kThreads,
                    Cfg::kSmemBytes, stream, device, params);
 
   if (params.num_splits > kFewSplits) {

@@ -7,7 +7,8 @@
 // are prefix tokens 0..L-1 then draft tokens L..L+D-1, each at the slot
 // req_to_token[req_pool_indices[b], pos]. Draft tokens are masked per row by
 // tree_mask. Splits write partials (outputs in T, LSEs in fp32) that a merge
-// kernel combines.
+// kernel combines, or, a few splits to a cluster, merge in distributed shared
+// memory (merge_splits_in_cluster).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,6 +16,7 @@
 
 #include <cstdint>
 
+#include "cluster.cuh"
 #include "tree_attn_params.h"
 #include "mbarrier.cuh"
 #include "wgmma.cuh"
@@ -95,6 +97,9 @@ struct TileConfig {
   static constexpr int kStateFloats = HEAD_DIM / 8 * 4 + 4;
   static_assert((KEY_SPLIT - 1) * kRowWarps * 32 * kStateFloats * 4 <= kKVBytes,
                 "key-split exchange must fit in the K/V stages");
+  // The cluster merge leaves the CTA's rows (in T) and their LSEs there too.
+  static_assert(kBlockM * HEAD_DIM * 2 + kBlockM * 4 <= kKVBytes,
+                "the cluster merge's rows must fit in the K/V stages");
 };
 
 __host__ __device__ inline int64_t ceil_div64(int64_t a, int64_t b) {
@@ -125,6 +130,18 @@ __device__ inline SplitPlan plan_splits(int64_t total, int num_splits,
   plan.chunk = chunk;
   plan.active = static_cast<int>(ceil_div_nonnegative(total, chunk));
   return plan;
+}
+
+// The row tile and the split of CTA x of a grid row: the splits of a row
+// tile are adjacent where they form a cluster, else the row tiles of a split.
+// (X is the caller's integer type, which sets the division's code.)
+template <bool CLUSTER_MERGE, typename X>
+__device__ inline int m_tile_of(const TreeAttnParams& p, X x) {
+  return static_cast<int>(CLUSTER_MERGE ? x / p.num_splits : x % p.num_m_tiles);
+}
+template <bool CLUSTER_MERGE, typename X>
+__device__ inline int split_of(const TreeAttnParams& p, X x) {
+  return static_cast<int>(CLUSTER_MERGE ? x % p.num_splits : x / p.num_m_tiles);
 }
 
 __device__ inline int64_t load_index(const void* p, bool is_int64, int64_t off) {
@@ -246,6 +263,14 @@ __device__ inline uint32_t special_register_tid_x() {
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(r));
   return r;
 }
+// Stores by shared-memory address: the kernels keep 32-bit shared
+// addresses live, not 64-bit generic pointers.
+__device__ inline void store_shared(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ inline void store_shared(uint32_t addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
+}
 __device__ inline void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
 }
@@ -301,7 +326,92 @@ __device__ inline float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffff, x, 2);
 }
 
-template <typename T, int HEAD_DIM, int KEY_SPLIT, int WARPS>
+// The splits of one (request, KV head, row tile), as one cluster
+// (CLUSTER_MERGE), merge here instead of through global partials and a
+// merge kernel. Each CTA leaves its normalized rows (in T, as the partials
+// would hold them) and their LSEs in its own K/V stages; after a cluster
+// barrier, CTA `split` reduces its share of the tile's rows, reading every
+// active split's through distributed shared memory, and writes them to out.
+// The second barrier keeps each CTA's shared memory until the others have
+// read it. Called by the threads that hold rows, whole warps: `thread` is
+// warp * 32 + lane among them, 32 per 16 rows of the tile that exist; the
+// splits past `active` have exited.
+constexpr int kMaxClusterSplits = 8;  // the portable cluster size
+constexpr int kClusterMergeBarrier = 6;  // a named barrier id the kernel leaves free
+
+template <typename T, int HEAD_DIM, int BLOCK_M, int D_TILES>
+__device__ __forceinline__ void merge_splits_in_cluster(
+    const TreeAttnParams& p, const float (&o)[D_TILES][4], const float (&row_max)[2],
+    const float (&row_sum)[2], uint32_t exchange_smem, int active, int split, int b,
+    int kv_head, int row0, int thread) {
+  constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
+  const int rows_here = min(BLOCK_M, p.rows_per_kv_head - row0);
+  const uint32_t lse_smem = exchange_smem + BLOCK_M * HEAD_DIM * 2;
+  const int g = thread % 32 / 4, t4 = thread % 4;
+  const int threads = (rows_here + 15) / 16 * 32;
+  named_barrier_sync<kClusterMergeBarrier>(threads);  // every warp has left the K/V stages
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = thread / 32 * 16 + g + 8 * h;
+    const float sum = quad_sum(row_sum[h]);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;  // a row that sees no key: zeros
+    if (row < rows_here) {
+      if (t4 == 0)
+        store_shared(lse_smem + row * 4, sum > 0.f ? row_max[h] + log2f(sum) : -INFINITY);
+      // Swizzled 16-byte chunks: a warp's 32 stores hit 32 banks.
+#pragma unroll
+      for (int j = 0; j < D_TILES; ++j)
+        store_shared(exchange_smem + swizzled_rows<HEAD_DIM>(row, j) + t4 * 4,
+                     pack_pair<T>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv));
+    }
+  }
+  cluster_barrier();
+
+  const int rows_per_split = (rows_here + active - 1) / active;
+  const int first_row = split * rows_per_split;
+  const int units = max(0, min(rows_here - first_row, rows_per_split)) * kChunks;
+  for (int u = thread; u < units; u += threads) {
+    const int row = first_row + u / kChunks, chunk = u % kChunks;
+    const uint32_t lse_at = lse_smem + row * 4;
+    const uint32_t rows_at = exchange_smem + swizzled_rows<HEAD_DIM>(row, chunk);
+    float lse[kMaxClusterSplits];
+    uint4 part[kMaxClusterSplits];
+    // Every load issues before any is used: one round trip for all splits.
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) {
+      const bool in = s < active;
+      lse[s] = in ? load_cluster_f32(cluster_address(lse_at, s)) : -INFINITY;
+      part[s] = in ? load_cluster_16(cluster_address(rows_at, s)) : make_uint4(0, 0, 0, 0);
+    }
+    float max_lse = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) max_lse = fmaxf(max_lse, lse[s]);
+    float4 low = make_float4(0.f, 0.f, 0.f, 0.f), high = low;
+    float total_weight = 0.f;
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) {
+      // Splits where the row sees no key, and all of them: weight 0.
+      const float w = max_lse == -INFINITY ? 0.f : fast_exp2(lse[s] - max_lse);
+      total_weight += w;
+      add_scaled(low, w, four_as_floats<T>(make_uint2(part[s].x, part[s].y)));
+      add_scaled(high, w, four_as_floats<T>(make_uint2(part[s].z, part[s].w)));
+    }
+    const float inv = total_weight > 0.f ? 1.f / total_weight : 0.f;
+    uint32_t draft, head_in_group;
+    p.group_div.divmod(row0 + row, draft, head_in_group);
+    const int64_t token = static_cast<int64_t>(b) * p.num_drafts + draft;
+    const int head = kv_head * p.group + static_cast<int>(head_in_group);
+    T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head +
+             chunk * 8;
+    *reinterpret_cast<uint4*>(dst) =
+        make_uint4(pack_pair<T>(low.x * inv, low.y * inv), pack_pair<T>(low.z * inv, low.w * inv),
+                   pack_pair<T>(high.x * inv, high.y * inv),
+                   pack_pair<T>(high.z * inv, high.w * inv));
+  }
+  cluster_barrier();
+}
+
+template <typename T, int HEAD_DIM, int KEY_SPLIT, int WARPS, bool CLUSTER_MERGE>
 __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThreads,
                                   TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kCtasPerSm)
     tree_attn_kernel(const TreeAttnParams p) {
@@ -318,8 +428,8 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   wait_for_primary_grid();
   allow_dependent_launch();
 
-  const int m_tile = blockIdx.x % p.num_m_tiles;
-  const int split = blockIdx.x / p.num_m_tiles;
+  const int m_tile = m_tile_of<CLUSTER_MERGE>(p, blockIdx.x);
+  const int split = split_of<CLUSTER_MERGE>(p, blockIdx.x);
   const int b = blockIdx.y / p.num_kv_heads;
   const int kv_head = blockIdx.y % p.num_kv_heads;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -481,8 +591,8 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   constexpr bool kQStageHandover = kWarpSpecialized && Cfg::kQInRegisters;
   // Named barrier ids (0 is __syncthreads): the producer's threads before
   // each tile's copies (1), the Q stage's hand-over (2), per consumer
-  // warpgroup g its turn (3 + g, kPingPong, below), and the consumers once Q
-  // has landed (5).
+  // warpgroup g its turn (3 + g, kPingPong, below), the consumers once Q
+  // has landed (5), and the cluster merge's row holders (6).
   constexpr int kProducerBarrier = 1;
   constexpr int kQReadBarrier = 2;
   constexpr int kTurnBarrier = 3;
@@ -992,12 +1102,22 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // Where the CTA and the thread are, read again: kept from the start, these
   // values took registers from the loop (the two-warpgroup kernel spilled).
   const uint32_t cta_x = special_register_ctaid_x(), cta_y = special_register_ctaid_y();
-  const int out_split = static_cast<int>(cta_x) / p.num_m_tiles;
+  const int out_split = split_of<CLUSTER_MERGE>(p, static_cast<int>(cta_x));
   const int out_b = static_cast<int>(cta_y) / p.num_kv_heads;
   const int out_kv_head = static_cast<int>(cta_y) % p.num_kv_heads;
   const uint32_t out_tid = special_register_tid_x();
+  const int out_m_tile = m_tile_of<CLUSTER_MERGE>(p, static_cast<int>(cta_x));
+  if constexpr (CLUSTER_MERGE) {
+    if (!direct) {
+      merge_splits_in_cluster<T, HEAD_DIM, Cfg::kBlockM>(
+          p, o, row_max, row_sum, kv_smem, plan.active, out_split, out_b, out_kv_head,
+          out_m_tile * Cfg::kBlockM,
+          static_cast<int>(out_tid / 32 % Cfg::kRowWarps * 32 + out_tid % 32));
+      return;
+    }
+  }
   const int quad_lane = static_cast<int>(out_tid % 4);
-  const int out_row0 = static_cast<int>(cta_x) % p.num_m_tiles * Cfg::kBlockM +
+  const int out_row0 = out_m_tile * Cfg::kBlockM +
                        static_cast<int>(out_tid / 32 % Cfg::kRowWarps) * 16 +
                        static_cast<int>(out_tid % 32 / 4);
 #pragma unroll

@@ -34,7 +34,8 @@ struct TreeAttnParams {
 
   // Split-KV partials: the normalized outputs [bs*D*Hq, num_splits, head_dim]
   // in q's dtype, and their LSEs [bs*D*Hq, num_splits] in fp32, in log2 units
-  // of the scaled scores. Unused when num_splits == 1.
+  // of the scaled scores. Unused when num_splits == 1 or the splits
+  // merge in their cluster (merge_splits_in_cluster).
   void* partial_out;
   float* partial_lse;
 

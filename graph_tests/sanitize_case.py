@@ -8,8 +8,8 @@ of wgmma fed by a producer warpgroup through mbarriers, at head_dim 64 and
 128 taking turns on the tensor cores, at 256 past 128 rows), a four-warp wgmma
 tile (two of them for the 128 rows of a single (request, KV head)), wgmma
 with Q from shared memory (head_dim 256), the key-split warps (2 and 4 warps
-share a KV tile) and both merge kernels (up to 64 splits, and more); exits
-non-zero if a result is wrong.
+share a KV tile), both merge kernels (up to 64 splits, and more) and splits
+that merge inside their cluster; exits non-zero if a result is wrong.
 """
 
 import sys
@@ -31,6 +31,11 @@ CASES = [
     ([20_000, 1], 8, 8, 2, 128),       # 32 rows: key split 2; > 64 splits
     ([5_000, 0], 8, 4, 4, 64),         # 8 rows: key split 4; <= 64 splits
     ([30_000], 16, 8, 1, 128),         # 128 rows of one (request, KV head): two four-warp tiles
+    # Eight requests on eight KV heads, or on two at head_dim 256: a few splits
+    # per (request, KV head) that merge inside their cluster.
+    ([6_000, 0, 1, 256, 2_500, 4_000, 64, 9_000], 8, 32, 8, 128),   # key split 2
+    ([3_000, 5, 700, 4_100, 128, 8_000, 2, 900], 16, 64, 8, 128),   # the producer kernel
+    ([5_000, 3, 900, 2_000, 100, 7_000, 1, 4_000], 16, 16, 2, 256),  # the eight-warp kernel
 ]
 
 

@@ -54,6 +54,26 @@ def test_replay_with_changing_inputs():
         assert err < TOL, f"replay {step} with seq_lens {lens}: relative error {err:.3g}"
 
 
+def test_replay_with_splits_merged_in_a_cluster():
+    """Eight requests on eight KV heads: on a 132-SM H200, four splits per
+    (request, KV head) merge inside their cluster; each replay's lengths give
+    each request another number of active splits (one: no merge)."""
+    case = make_case([8192] * 8, 8, 32, 8, 128, device="cuda", tree="random", seed=11)
+    out = torch.empty_like(case.q)
+    graph = capture(lambda: verify_ops.tree_attn_out(*case.args(), out))
+    gen = torch.Generator().manual_seed(12)
+    for step in range(4):
+        lens = torch.randint(0, 8193, (8,), generator=gen)
+        lens[step] = step  # a request with 0-3 prefix tokens in every replay
+        case.seq_lens.copy_(lens.to(case.seq_lens))
+        case.q.copy_(torch.randn(case.q.shape, generator=gen).to(case.q))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        err = relative_error(out, tree_attn_ref(*case.args()))
+        assert err < TOL, f"replay {step} with seq_lens {lens.tolist()}: relative error {err:.3g}"
+
+
 def test_memory_flat_over_replays():
     case = make_case([5000, 20, 0], 8, 32, 8, 128, device="cuda", seed=3)
     out = torch.empty_like(case.q)

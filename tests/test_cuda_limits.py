@@ -139,3 +139,32 @@ def test_merge_with_empty_split_lanes_and_unseen_splits(head_dim):
                      seed=head_dim + 7)
     case.tree_mask[1, 3] = False
     check_into_poisoned_out(case)
+
+
+# (batch, KV heads, q heads per KV head, D, head_dim): on a 132-SM H200 these
+# give 2-8 splits per (request, KV head, row tile), which merge inside their
+# cluster, on every attention kernel: key split 2 and 4, the four-warp wgmma
+# tile, the producer kernel at each head dim (two 128-row tiles in the last),
+# and the eight-warp kernel at head_dim 256.
+CLUSTER_CASES = [
+    (16, 8, 4, 8, 128), (11, 8, 4, 8, 128), (8, 8, 4, 8, 128), (6, 8, 4, 8, 128),
+    (5, 8, 4, 8, 128), (4, 8, 4, 8, 128), (8, 8, 4, 4, 64), (8, 8, 8, 8, 128),
+    (8, 8, 8, 16, 128), (4, 8, 8, 16, 128), (2, 8, 8, 16, 128), (8, 4, 8, 16, 64),
+    (8, 2, 8, 8, 256), (8, 2, 8, 16, 256), (8, 2, 8, 24, 256), (2, 4, 4, 64, 128),
+]
+RAGGED_PREFIXES = [5000, 0, 1, 256, 700, 3000, 128, 9000, 64, 2, 4100, 333, 17, 1500, 6000, 90]
+
+
+@pytest.mark.parametrize("batch,num_kv_heads,group,num_drafts,head_dim", CLUSTER_CASES)
+def test_splits_merged_in_a_cluster(batch, num_kv_heads, group, num_drafts, head_dim):
+    """Ragged prefixes leave some requests fewer active splits than their
+    cluster holds, and some none to merge (0-64 tokens). Prefixes of 128 and
+    256 end on a split boundary, so a last split holds only drafts: the draft
+    that sees none of them has a split LSE of -inf beside finite ones."""
+    lens = RAGGED_PREFIXES[:batch]
+    case = make_case(lens, num_drafts, group * num_kv_heads, num_kv_heads, head_dim,
+                     device="cuda", tree="random", seed=batch * 100 + head_dim + num_drafts)
+    for b, prefix in enumerate(lens):
+        if prefix in (128, 256):
+            case.tree_mask[b, num_drafts - 1] = False
+    check_into_poisoned_out(case)
