@@ -1,6 +1,6 @@
 // Thread-block clusters (sm_90+): the cluster-wide barrier and reads of
 // another CTA's shared memory (distributed shared memory). The host launches
-// clusters only for kernels built for sm_90 or newer (cluster_launchable).
+// clusters only for kernels built for sm_90 or newer (resident_clusters).
 #pragma once
 
 #include <cstdint>
