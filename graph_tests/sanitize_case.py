@@ -1,6 +1,6 @@
 """Tree verifies run under compute-sanitizer (memcheck, racecheck, synccheck).
 
-    compute-sanitizer --tool memcheck python graph_tests/sanitize_case.py
+    compute-sanitizer --tool memcheck python graph_tests/sanitize_case.py [INDEX ...]
 
 Covers the split-KV path (long requests), the direct-write path (short ones),
 an empty prefix, GQA with a partial 128-row tile (on sm_90a two warpgroups
@@ -10,6 +10,7 @@ tile (two of them for the 128 rows of a single (request, KV head)), wgmma
 with Q from shared memory (head_dim 256), the key-split warps (2 and 4 warps
 share a KV tile), both merge kernels (up to 64 splits, and more) and splits
 that merge inside their cluster; exits non-zero if a result is wrong.
+INDEX picks cases of CASES (0-based) where a tool is too slow for all.
 """
 
 import sys
@@ -39,9 +40,14 @@ CASES = [
 ]
 
 
-def main():
+def main(picked):
+    unknown = sorted(picked - set(range(len(CASES))))
+    if unknown:
+        sys.exit(f"sanitize_case.py: no case {unknown}; CASES has 0..{len(CASES) - 1}")
     worst = 0.0
     for seed, (lens, drafts, hq, hkv, head_dim) in enumerate(CASES):
+        if picked and seed not in picked:
+            continue
         case = make_case(lens, drafts, hq, hkv, head_dim, device="cuda", tree="eagle", seed=seed)
         out = torch.full_like(case.q, float("nan"))
         verify_ops.tree_attn_out(*case.args(), out)
@@ -52,4 +58,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main({int(arg) for arg in sys.argv[1:]}))
