@@ -1,6 +1,7 @@
 // The one place that defines verify's op schemas. Backends register kernels
 // with TORCH_LIBRARY_IMPL in their own files; fake kernels live in
-// verify_ops/ops.py.
+// verify_ops/ops.py. (Probing builds, VERIFY_OPS_CTA_STAMPS=1, also define
+// verify_stamps in tree_attn_cuda.cu.)
 #include <Python.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>

@@ -421,6 +421,41 @@ at::Tensor tree_attn_cuda(const at::Tensor& q, const at::Tensor& k_cache,
 
 }  // namespace
 
+#if VERIFY_OPS_CTA_STAMPS
+// Only in builds with VERIFY_OPS_CTA_STAMPS=1 (setup.py), for bench/cta_stamps.py:
+// the stamp rows of the last call's CTAs ([kStampCtas, kStampSlots] int64, on
+// like's device), and their reset to zero, on the current stream.
+namespace {
+
+void* stamps_on_device() {
+  void* address = nullptr;
+  C10_CUDA_CHECK(cudaGetSymbolAddress(&address, g_cta_stamps));
+  return address;
+}
+
+at::Tensor read_cta_stamps(const at::Tensor& like) {
+  const c10::cuda::CUDAGuard guard(like.device());
+  at::Tensor rows = at::empty({kStampCtas, kStampSlots}, like.options().dtype(at::kLong));
+  C10_CUDA_CHECK(cudaMemcpyAsync(rows.data_ptr(), stamps_on_device(), sizeof(g_cta_stamps),
+                                 cudaMemcpyDeviceToDevice,
+                                 c10::cuda::getCurrentCUDAStream(like.get_device()).stream()));
+  return rows;
+}
+
+void reset_cta_stamps(const at::Tensor& like) {
+  const c10::cuda::CUDAGuard guard(like.device());
+  C10_CUDA_CHECK(cudaMemsetAsync(stamps_on_device(), 0, sizeof(g_cta_stamps),
+                                 c10::cuda::getCurrentCUDAStream(like.get_device()).stream()));
+}
+
+}  // namespace
+
+TORCH_LIBRARY(verify_stamps, m) {
+  m.def("read(Tensor like) -> Tensor", &read_cta_stamps);
+  m.def("reset(Tensor like) -> ()", &reset_cta_stamps);
+}
+#endif
+
 TORCH_LIBRARY_IMPL(verify, CUDA, m) {
   m.impl("tree_attn", &tree_attn_cuda);
   m.impl("tree_attn_out", &tree_attn_out_cuda);

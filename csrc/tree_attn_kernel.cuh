@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "cluster.cuh"
+#include "cta_stamps.cuh"
 #include "tree_attn_params.h"
 #include "mbarrier.cuh"
 #include "wgmma.cuh"
@@ -425,7 +426,9 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   extern __shared__ __align__(128) unsigned char smem[];
   // Wait, then let the merge kernel's CTAs queue behind this grid: once they
   // launch, the op's inputs are final, so they may read seq_lens early.
+  VERIFY_OPS_STAMP(kStampEntry);
   wait_for_primary_grid();
+  VERIFY_OPS_STAMP(kStampWaited);
   allow_dependent_launch();
 
   const int m_tile = m_tile_of<CLUSTER_MERGE>(p, blockIdx.x);
@@ -1048,6 +1051,8 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     }
   }
   cp_async_wait<0>();
+  VERIFY_OPS_STAMP(kStampLoopEnd);
+  VERIFY_OPS_STAMP_SM_AND(kStampSmAndTiles, num_tiles);
 
   if constexpr (KEY_SPLIT > 1) {
     // Fold the other key groups' softmax state into key group 0, lane by lane
@@ -1113,6 +1118,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
           p, o, row_max, row_sum, kv_smem, plan.active, out_split, out_b, out_kv_head,
           out_m_tile * Cfg::kBlockM,
           static_cast<int>(out_tid / 32 % Cfg::kRowWarps * 32 + out_tid % 32));
+      VERIFY_OPS_STAMP(kStampEnd);
       return;
     }
   }
@@ -1163,6 +1169,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
             high_cols ? make_uint2(other, high) : make_uint2(low, other);
     }
   }
+  VERIFY_OPS_STAMP(kStampEnd);
 }
 
 // The (token, q head) row a merge warp or CTA owns, and how many splits hold
