@@ -4,8 +4,9 @@
     python -m bench.cta_stamps --cases 8/65536/16/64/8/128/fragmented --out stamps.json
 
 Each case is built and captured as ``bench_tree_attn`` times it (N layers,
-each with its own KV). After warm replays the stamps are reset and the graph
-replayed once, so they hold its last layer's CTAs (csrc/cta_stamps.cuh).
+each with its own KV). Once the graph is timed (and so warm), the stamps are
+reset and it is replayed once more, so they hold its last layer's CTAs
+(csrc/cta_stamps.cuh).
 Per case it prints how fast each SM streamed (ns per KV tile), the SMs more
 than 10 % faster than the median, when the CTAs ended, and how long they spent
 after their KV loop; the JSON also holds every stamped CTA's row. Never time
@@ -23,7 +24,7 @@ import torch
 
 from .bench_tree_attn import parse_case
 from .methods import prepare_verify_ops
-from .timing import capture_graph, time_per_layer_us
+from .timing import capture_graph, median_replay_us_per_layer
 from .workload import Shape, make_workload
 
 # The slots of a CTA's row, as csrc/cta_stamps.cuh defines them.
@@ -68,19 +69,18 @@ def require_stamp_build() -> None:
                          "(see setup.py) and a GPU") from None
 
 
-def stamp_case(shape: Shape, warm_replays: int = 10) -> tuple[float, list[list[int]]]:
-    """µs per layer as the bench times it, and the last layer's stamp rows."""
+def stamp_case(shape: Shape) -> tuple[float, list[list[int]]]:
+    """µs per layer as the bench times it, and the last layer's stamp rows:
+    one graph is captured, timed, then replayed once with fresh stamps."""
     w = make_workload(shape)
     calls = prepare_verify_ops(w)
-    us = time_per_layer_us(calls)
 
     def step():
         for call in calls:
             call()
 
     graph = capture_graph(step)
-    for _ in range(warm_replays):
-        graph.replay()
+    us = median_replay_us_per_layer(graph, len(calls))
     like = w.layers[0].q
     torch.ops.verify_stamps.reset(like)
     graph.replay()
@@ -94,13 +94,12 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cases", required=True, help="comma-separated batch/context/drafts/Hq/Hkv/d/layout")
     p.add_argument("--out", help="JSON with every case's summary and stamp rows")
-    p.add_argument("--warm-replays", type=int, default=10)
     args = p.parse_args(argv)
     require_stamp_build()
     results = []
     for text in args.cases.split(","):
         shape = parse_case(text)
-        us, rows = stamp_case(shape, args.warm_replays)
+        us, rows = stamp_case(shape)
         summary = summarize(rows)
         results.append({"label": shape.label(), "us_per_layer": us, **summary, "rows": rows})
         lo, med, hi = summary["ns_per_tile_min_median_max"]
