@@ -194,6 +194,11 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
       prepare_attention_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS>(device);
   params.num_splits =
       choose_num_splits(ctas, resident_ctas, max_context, params.split_min_tokens);
+  // A few splits past the few-split merge's capacity cost less left out than
+  // merged by the split-parallel merge (NOTES v26).
+  const int few_splits = few_splits_capacity(HEAD_DIM);
+  if (params.num_splits > few_splits && params.num_splits * 16 <= few_splits * 17)
+    params.num_splits = few_splits;
   // A few splits merge inside their cluster, where all the clusters fit at
   // once (else the grid would run a second wave, NOTES v23).
   const bool merge_in_cluster =
@@ -219,7 +224,7 @@ void launch(TreeAttnParams& params, const at::Tensor& q, int64_t max_context,
   launch_dependent(tree_attn_kernel<T, HEAD_DIM, KEY_SPLIT, WARPS, false>, grid, Cfg::kThreads,
                    Cfg::kSmemBytes, stream, device, params);
 
-  if (params.num_splits > kFewSplits) {
+  if (params.num_splits > few_splits) {
     constexpr auto merge = merge_splits_kernel<T, HEAD_DIM>;
     const dim3 merge_grid(n_rows, HEAD_DIM / kMergeDims);
     launch_dependent(merge, merge_grid, kMergeThreads,

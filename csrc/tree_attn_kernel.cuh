@@ -1201,16 +1201,20 @@ __device__ inline MergeRow merge_row(const TreeAttnParams& p, int64_t q_row) {
 }
 
 // Merges the normalized split outputs of each (token, q head) row with their
-// LSEs when there are at most 64 splits. A row's threads, whole warps, each own
+// LSEs when one CTA's threads hold a row's splits (few_splits_capacity: 256
+// at head_dim 64, 128 at 128, 64 at 256). A row's threads, whole warps, each own
 // four of its dims for splits lane_split, lane_split + split lanes, ...
 // (at most kFewSplitsPerThread), and load those partials and their LSEs at
 // once: the merge costs one L2 latency however many splits there are. Each
 // split lane weighs its splits against its own LSE max, so no thread waits
 // on another before its sums; with more than one split lane, they combine
 // through shared memory.
-constexpr int kFewSplits = 64;
 constexpr int kFewSplitThreads = 256;
 constexpr int kFewSplitsPerThread = 16;
+
+__host__ __device__ constexpr int few_splits_capacity(int head_dim) {
+  return kFewSplitsPerThread * kFewSplitThreads / (head_dim / 4);
+}
 
 // Split lanes per row in merge_few_splits_kernel: the fewest (a power of two)
 // that hold the splits, and enough for a row to fill a warp.
@@ -1224,7 +1228,8 @@ template <typename T, int HEAD_DIM>
 __global__ void __launch_bounds__(kFewSplitThreads)
     merge_few_splits_kernel(const TreeAttnParams p) {
   constexpr int kColumns = HEAD_DIM / 4;  // float4s per row
-  static_assert(kFewSplits <= kFewSplitsPerThread * kFewSplitThreads / kColumns,
+  static_assert(few_split_lanes(few_splits_capacity(HEAD_DIM), HEAD_DIM) * kColumns <=
+                    kFewSplitThreads,
                 "a CTA must hold the splits of one row");
   __shared__ float4 lane_acc[kFewSplitThreads];
   __shared__ float2 lane_max_and_sum[kFewSplitThreads];
@@ -1307,7 +1312,7 @@ __global__ void __launch_bounds__(kFewSplitThreads)
       make_uint2(pack_pair<T>(acc.x * inv, acc.y * inv), pack_pair<T>(acc.z * inv, acc.w * inv));
 }
 
-// The same for more than kFewSplits splits. CTA (row, chunk) owns kMergeDims dims of
+// The same for more splits than few_splits_capacity. CTA (row, chunk) owns kMergeDims dims of
 // the row; its threads read all splits at once (kSplitLanes splits side by
 // side, kMergeUnroll deep), so the partials, which sit in L2, stream at the
 // memory's rate rather than its latency.

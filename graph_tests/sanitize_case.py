@@ -8,8 +8,9 @@ of wgmma fed by a producer warpgroup through mbarriers, at head_dim 64 and
 128 taking turns on the tensor cores, at 256 past 128 rows), a four-warp wgmma
 tile (two of them for the 128 rows of a single (request, KV head)), wgmma
 with Q from shared memory (head_dim 256), the key-split warps (2 and 4 warps
-share a KV tile), both merge kernels (up to 64 splits, and more) and splits
-that merge inside their cluster; exits non-zero if a result is wrong.
+share a KV tile), both merge kernels (the few-split one, and past its
+capacity the split-parallel one) and splits that merge inside their cluster;
+exits non-zero if a result is wrong.
 INDEX picks cases of CASES (0-based) where a tool is too slow for all.
 """
 
@@ -29,7 +30,7 @@ CASES = [
     ([3_000, 5], 20, 16, 2, 64),       # 160 rows: two 128-row tiles at head_dim 64
     ([7_000, 1], 12, 16, 2, 256),      # 96 rows: one 128-row tile at head_dim 256
     ([4_000, 0], 20, 16, 2, 256),      # 160 rows: the producer kernel at head_dim 256
-    ([20_000, 1], 8, 8, 2, 128),       # 32 rows: key split 2; > 64 splits
+    ([40_000], 8, 4, 1, 128),          # 32 rows: key split 2; 264 splits (split-parallel merge)
     ([5_000, 0], 8, 4, 4, 64),         # 8 rows: key split 4; <= 64 splits
     ([30_000], 16, 8, 1, 128),         # 128 rows of one (request, KV head): two four-warp tiles
     # Eight requests on eight KV heads, or on two at head_dim 256: a few splits

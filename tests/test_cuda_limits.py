@@ -108,12 +108,26 @@ def test_hundreds_of_splits():
     check_into_poisoned_out(case)
 
 
-@pytest.mark.parametrize("lens", [[20_000, 5, 7, 9], [40_000]])
-def test_both_merges(lens):
-    """32 rows on two KV heads: on a 132-SM H200, 33 splits for four requests
-    (the few-split merge, four split lanes per row, the first with a ninth
-    split) and 132 for one (the split-parallel merge)."""
-    case = make_case(lens, 8, 8, 2, 128, device="cuda", tree="random", seed=len(lens))
+@pytest.mark.parametrize("lens,num_kv_heads", [([20_000, 5, 7, 9], 2), ([40_000], 1)])
+def test_both_merges(lens, num_kv_heads):
+    """32 rows per KV head: on a 132-SM H200, 33 splits for four requests on
+    two KV heads (the few-split merge, four split lanes per row, the first
+    with a ninth split) and 264 for one on one (past the few-split merge's
+    128 at head_dim 128: the split-parallel merge)."""
+    case = make_case(lens, 8, 4 * num_kv_heads, num_kv_heads, 128, device="cuda",
+                     tree="random", seed=len(lens))
+    check_into_poisoned_out(case)
+
+
+@pytest.mark.parametrize("head_dim,lens", [(64, [40_000]), (64, [20_000, 3]),
+                                           (128, [15_000, 3]), (128, [20_000, 3])])
+def test_few_split_merge_at_its_widest(head_dim, lens):
+    """16 rows per KV head, one KV head: on a 132-SM H200, at head_dim 64 264
+    splits cut to the few-split merge's 256 (16 split lanes of 16 splits, a
+    whole merge CTA per row) and 132 beside a 3-token request; at 128, 118
+    (8 lanes) and 132 cut to its 128."""
+    case = make_case(lens, 4, 4, 1, head_dim, device="cuda", tree="random",
+                     seed=head_dim + lens[0])
     check_into_poisoned_out(case)
 
 
