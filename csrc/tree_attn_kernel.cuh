@@ -71,17 +71,22 @@ struct TileConfig {
   static constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
   static constexpr int kRowsPerPass = kLoadThreads / kChunks;
   static constexpr int kLoadRows = kBlockN / kRowsPerPass;  // rows per thread
-  // Where Q's MMA fragments stay in registers for the whole loop: not at
-  // head_dim 256, beside its accumulators. A wgmma that reads Q from shared
-  // memory instead reads twice the bytes per score (graph_tests'
-  // wgmma_sass_check guards the registers: ptxas once reused them, v6).
-  static constexpr bool kQInRegisters = HEAD_DIM <= 128;
+  // The 16-dim steps of Q K^T whose Q fragments stay in registers for the
+  // whole loop: all of them up to head_dim 128; at 256, half in the wgmma
+  // kernels without a producer (all 64 registers of them do not fit beside 128
+  // of O: ptxas spills in the loop), none elsewhere. A wgmma that reads Q from
+  // shared memory reads three times the bytes per score at 32 keys a tile
+  // (graph_tests' wgmma_sass_check guards the registers: ptxas once reused
+  // them, v6).
+  static constexpr int kQRegisterSteps =
+      HEAD_DIM <= 128 ? HEAD_DIM / 16 : (kWarpgroupMma && kProducerWarps == 0 ? 8 : 0);
+  static constexpr bool kQAllInRegisters = kQRegisterSteps == HEAD_DIM / 16;
   static constexpr int kTileElems = kBlockN * HEAD_DIM;
   // Q held in registers is staged through the last stage (its K and V tiles
-  // are adjacent), which the pipeline fills only after Q has been read: two
-  // four-warp CTAs then fit an SM. Otherwise Q has its own region.
-  static constexpr int kQSmemElems = kQInRegisters ? 0 : kBlockM * HEAD_DIM;
-  static_assert(!kQInRegisters || kBlockM <= 2 * kBlockN, "Q must fit in one stage");
+  // are adjacent) where it fits, which the pipeline fills only after Q has
+  // been read: two four-warp CTAs then fit an SM. Otherwise Q has its own region.
+  static constexpr bool kQInLastStage = kQAllInRegisters && kBlockM <= 2 * kBlockN;
+  static constexpr int kQSmemElems = kQInLastStage ? 0 : kBlockM * HEAD_DIM;
   // Slot indices run kStages tiles ahead of the KV they address, through a
   // ring of 2 * kStages tiles of 8-byte entries (int32 slots are zero-extended).
   static constexpr int kSlotRingTiles = 2 * kStages;
@@ -450,7 +455,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   const uint32_t kv_smem = smem_base + Cfg::kQSmemElems * 2;
   auto k_stage_of = [&](int stage) { return kv_smem + stage * 2 * kTileBytes; };
   auto v_stage_of = [&](int stage) { return k_stage_of(stage) + kTileBytes; };
-  const uint32_t q_smem = Cfg::kQInRegisters ? k_stage_of(Cfg::kStages - 1) : smem_base;
+  const uint32_t q_smem = Cfg::kQInLastStage ? k_stage_of(Cfg::kStages - 1) : smem_base;
 
   const int row0 = m_tile * Cfg::kBlockM;  // first query row of this tile
   // Byte offset of a 16-byte chunk in a K/V tile: wgmma's slabs, or whole
@@ -461,7 +466,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     else return swizzled_rows<HEAD_DIM>(row, chunk);
   };
   auto q_offset = [](int row, int chunk) {
-    if constexpr (Cfg::kWarpgroupMma && !Cfg::kQInRegisters)
+    if constexpr (Cfg::kWarpgroupMma && !Cfg::kQAllInRegisters)
       return swizzled_slabs<Cfg::kBlockM>(row, chunk);
     else return swizzled_rows<HEAD_DIM>(row, chunk);
   };
@@ -591,7 +596,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // Q held in registers was staged in the last stage: the consumers arrive
   // here once they have read it, and the producer waits before it refills
   // that stage (or at its end, so that the barrier completes).
-  constexpr bool kQStageHandover = kWarpSpecialized && Cfg::kQInRegisters;
+  constexpr bool kQStageHandover = kWarpSpecialized && Cfg::kQInLastStage;
   // Named barrier ids (0 is __syncthreads): the producer's threads before
   // each tile's copies (1), the Q stage's hand-over (2), per consumer
   // warpgroup g its turn (3 + g, kPingPong, below), the consumers once Q
@@ -679,22 +684,22 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.f, 0.f};
 
-  uint32_t q_frag[Cfg::kQInRegisters ? kKSteps : 1][4];
+  uint32_t q_frag[Cfg::kQRegisterSteps > 0 ? Cfg::kQRegisterSteps : 1][4];
   auto q_frag_addr = [&](int ks) {
     return q_smem + q_offset(row_warp * 16 + (lane & 15), ks * 2 + (lane >> 4));
   };
   if constexpr (kWarpSpecialized) {
     cp_async_wait<0>();  // this thread's Q copies
-    if constexpr (!Cfg::kQInRegisters) fence_shared_for_wgmma();  // wgmma reads Q there
+    if constexpr (!Cfg::kQAllInRegisters) fence_shared_for_wgmma();  // wgmma reads Q there
     named_barrier_sync<kQLandedBarrier, Cfg::kConsumerThreads>();  // everyone's
   }
-  if constexpr (Cfg::kQInRegisters) {
+  if constexpr (Cfg::kQRegisterSteps > 0) {
 #pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) ldmatrix_x4(q_frag[ks], q_frag_addr(ks));
+    for (int ks = 0; ks < Cfg::kQRegisterSteps; ++ks) ldmatrix_x4(q_frag[ks], q_frag_addr(ks));
     // A loop step soon refills the stage that held Q.
     if constexpr (kQStageHandover)
       named_barrier_arrive<kQReadBarrier, Cfg::kThreads>();
-    else
+    else if constexpr (Cfg::kQInLastStage)
       __syncthreads();
   }
 
@@ -706,7 +711,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   };
 
   // S = Q K^T of the tile in `stage` on the warpgroup's tensor cores: K-major
-  // B (A from shared memory at head_dim 256), 16 dims per step within a 128-byte swizzle
+  // B (A from shared memory where Q is not in registers), 16 dims per step within a 128-byte swizzle
   // row. Issued and committed, not waited for.
   auto issue_qk = [&](float (&s)[kNTiles][4], int stage) {
     if constexpr (Cfg::kWarpgroupMma) {
@@ -714,14 +719,19 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       const uint64_t k_tile_desc = sw128_descriptor(k_stage_of(stage));
       const uint64_t q_tile_desc = sw128_descriptor(q_smem + q_offset(warp / 4 * 64, 0));
       wgmma_fence();
+      auto k_desc = [&](int ks) { return advance_descriptor(k_tile_desc, tile_offset(0, 2 * ks)); };
 #pragma unroll
-      for (int ks = 0; ks < kKSteps; ++ks) {
-        const uint64_t k_desc = advance_descriptor(k_tile_desc, tile_offset(0, 2 * ks));
-        if constexpr (Cfg::kQInRegisters)
-          wgmma_m64n64k16<T, false>(s, q_frag[ks], k_desc, ks > 0);
+      for (int ks = 0; ks < Cfg::kQRegisterSteps; ++ks) {
+        if constexpr (kBlockN == 64)
+          wgmma_m64n64k16<T, false>(s, q_frag[ks], k_desc(ks), ks > 0);
         else
+          wgmma_m64n32k16<T>(s, q_frag[ks], k_desc(ks), ks > 0);
+      }
+      if constexpr (!Cfg::kQAllInRegisters) {
+#pragma unroll
+        for (int ks = Cfg::kQRegisterSteps; ks < kKSteps; ++ks)
           wgmma_m64n32k16_ss<T>(s, advance_descriptor(q_tile_desc, q_offset(0, 2 * ks)),
-                                k_desc, ks > 0);
+                                k_desc(ks), ks > 0);
       }
       wgmma_commit();
     }
@@ -1018,7 +1028,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
 #pragma unroll
         for (int ks = 0; ks < kKSteps; ++ks) {
           uint32_t a_reg[4];
-          if constexpr (Cfg::kQInRegisters) {
+          if constexpr (Cfg::kQAllInRegisters) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) a_reg[i] = q_frag[ks][i];
           } else {

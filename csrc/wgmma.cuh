@@ -1,5 +1,5 @@
 // Hopper warpgroup MMA (wgmma, sm_90a only): m64n64k16 with A in registers,
-// m64n32k16 with A in shared memory, B in shared memory, the fences around
+// m64n32k16 with A in registers or shared memory, B in shared memory, the fences around
 // them, and the shared-memory layout it reads: a tile of ROWS rows of 16-bit
 // elements is stored as slabs of ROWS x 128 bytes (64 elements of each row
 // per slab); in a slab, 16-byte chunk c of row r sits at chunk c ^ (r % 8),
@@ -72,6 +72,15 @@ __device__ inline uint64_t advance_descriptor(uint64_t desc, uint32_t offset) {
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc),               \
                  "n"(TRANS_B ? 1 : 0), "r"(static_cast<int>(accumulate)))
 
+// A's registers, B's descriptor and the accumulate flag are operands 16-19, 20 and 21.
+#define VERIFY_OPS_WGMMA_M64N32K16_RS(TYPES)                                            \
+  asm volatile("{\n.reg .pred acc;\nsetp.ne.b32 acc, %21, 0;\n"                        \
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPES " "                  \
+               VERIFY_OPS_WGMMA_D16_LIST "{%16, %17, %18, %19}, %20, acc, 1, 1, 0;\n}\n" \
+               : VERIFY_OPS_WGMMA_D16_OPERANDS                                          \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc),               \
+                 "r"(static_cast<int>(accumulate)))
+
 // The descriptors and the accumulate flag are operands 16, 17 and 18.
 #define VERIFY_OPS_WGMMA_M64N32K16_SS(TYPES)                                            \
   asm volatile("{\n.reg .pred acc;\nsetp.ne.b32 acc, %18, 0;\n"                        \
@@ -96,6 +105,19 @@ __device__ inline void wgmma_m64n64k16(float (&d)[8][4], const uint32_t (&a)[4],
 #endif
 }
 
+// d (64 x 32) = A B (+ d) with A in registers, as for m64n64k16, and B
+// (16 x 32) K-major.
+template <typename T>
+__device__ inline void wgmma_m64n32k16(float (&d)[4][4], const uint32_t (&a)[4], uint64_t b_desc,
+                                       bool accumulate) {
+#if VERIFY_OPS_HAS_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    VERIFY_OPS_WGMMA_M64N32K16_RS("bf16.bf16");
+  else
+    VERIFY_OPS_WGMMA_M64N32K16_RS("f16.f16");
+#endif
+}
+
 // d (64 x 32) = A B (+ d) with A (64 x 16, K-major) in shared memory at
 // a_desc and B K-major.
 template <typename T>
@@ -109,6 +131,7 @@ __device__ inline void wgmma_m64n32k16_ss(float (&d)[4][4], uint64_t a_desc, uin
 #endif
 }
 #undef VERIFY_OPS_WGMMA_M64N64K16_RS
+#undef VERIFY_OPS_WGMMA_M64N32K16_RS
 #undef VERIFY_OPS_WGMMA_M64N32K16_SS
 #undef VERIFY_OPS_WGMMA_D16_LIST
 #undef VERIFY_OPS_WGMMA_D32_LIST
