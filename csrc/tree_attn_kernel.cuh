@@ -997,8 +997,8 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       // P goes to registers of its own: the last tile's P V may still read p_frag.
       PFrag p_tile;
       const Fold fold = fold_scores(s, p_tile, tile);
-      // The last tile's P V: O may be rescaled, a stage refilled. ptxas 13.0
-      // moves this wait above the softmax, so the two do not overlap here.
+      // The last tile's P V: O may be rescaled, a stage refilled (ptxas 13.0
+      // leaves this wait after the softmax, which overlaps that P V).
       wgmma_wait<0>();
       pin_registers(o);
       refill(tile);  // into the stage of tile - 1, or tile - 2 with two warpgroups
