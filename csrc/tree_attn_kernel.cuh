@@ -711,15 +711,18 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   };
 
   // S = Q K^T of the tile in `stage` on the warpgroup's tensor cores: K-major
-  // B (A from shared memory where Q is not in registers), 16 dims per step within a 128-byte swizzle
-  // row. Issued and committed, not waited for.
+  // B, A from registers for the first kQRegisterSteps steps of 16 dims and
+  // from shared memory past them, each step within a 128-byte swizzle row.
+  // Issued and committed, not waited for.
   auto issue_qk = [&](float (&s)[kNTiles][4], int stage) {
     if constexpr (Cfg::kWarpgroupMma) {
       // Offsets within a tile are compile-time constants past its descriptor.
       const uint64_t k_tile_desc = sw128_descriptor(k_stage_of(stage));
       const uint64_t q_tile_desc = sw128_descriptor(q_smem + q_offset(warp / 4 * 64, 0));
       wgmma_fence();
-      auto k_desc = [&](int ks) { return advance_descriptor(k_tile_desc, tile_offset(0, 2 * ks)); };
+      auto k_desc = [&](int ks) {
+        return advance_descriptor(k_tile_desc, tile_offset(0, 2 * ks));
+      };
 #pragma unroll
       for (int ks = 0; ks < Cfg::kQRegisterSteps; ++ks) {
         if constexpr (kBlockN == 64)

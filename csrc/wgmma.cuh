@@ -1,9 +1,9 @@
 // Hopper warpgroup MMA (wgmma, sm_90a only): m64n64k16 with A in registers,
-// m64n32k16 with A in registers or shared memory, B in shared memory, the fences around
-// them, and the shared-memory layout it reads: a tile of ROWS rows of 16-bit
-// elements is stored as slabs of ROWS x 128 bytes (64 elements of each row
-// per slab); in a slab, 16-byte chunk c of row r sits at chunk c ^ (r % 8),
-// the 128-byte swizzle.
+// m64n32k16 with A in registers or shared memory, B in shared memory, the
+// fences around them, and the shared-memory layout it reads: a tile of ROWS
+// rows of 16-bit elements is stored as slabs of ROWS x 128 bytes (64 elements
+// of each row per slab); in a slab, 16-byte chunk c of row r sits at chunk
+// c ^ (r % 8), the 128-byte swizzle.
 #pragma once
 
 #include <cuda_bf16.h>
