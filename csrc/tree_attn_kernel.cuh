@@ -567,12 +567,18 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     const int stage = tile % Cfg::kStages;
     const uint32_t* ring = slot_ring + 2 * (tile % Cfg::kSlotRingTiles) * kBlockN;
     const int rows_left = split_tokens - tile * kBlockN;
+    // A producer thread's rows lie a multiple of 8 apart at head_dim 64 and
+    // 128, so they share their swizzle and one offset serves them all: offsets
+    // computed row by row spilled the head_dim-64 producer's 24 registers (v29).
+    constexpr bool kOneOffset = kWarpSpecialized && Cfg::kRowsPerPass % 8 == 0;
+    const uint32_t first_off = tile_offset(load_row0, load_chunk);
 #pragma unroll
     for (int j = 0; j < Cfg::kLoadRows; ++j) {
       const int r = load_row0 + j * Cfg::kRowsPerPass;
       const bool valid = r < rows_left;
       const uint32_t slot = valid ? ring[2 * r] : 0;
-      const uint32_t off = tile_offset(r, load_chunk);
+      const uint32_t off = kOneOffset ? first_off + tile_offset(j * Cfg::kRowsPerPass, 0)
+                                      : tile_offset(r, load_chunk);
       // One wide multiply-add each: 32-bit slot times 32-bit bytes, 64-bit sum.
       cp_async_16(k_stage_of(stage) + off, k_head + static_cast<uint64_t>(slot) * p.k_slot_bytes,
                   valid ? 16 : 0);
