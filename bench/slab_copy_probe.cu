@@ -17,11 +17,16 @@
 //   tma_wg        1 x 64-element boxes, SWIZZLE_128B: 2 per producer thread
 //   tma_warp      the same boxes from one producer warp, 8 per lane
 //   tma_thread    the same boxes from one thread, 256 per tile
-//   cp.async_64   the same from 64 producer threads
+//   cp.async_64   the cp.async copies from 64 producer threads
 //   cp.async_split K and V handed over apart (K freed once scored), K issued
 //                 k_lead tiles ahead of V
+//   no_copy       stages handed over with no copies: the consumers' loop alone
 //   bulk          1-D bulk copies of each 256-byte row (lands unswizzled:
 //                 wgmma could not read it; a bound on per-copy cost only)
+// The cp.async stream also runs with 32-token tiles twelve deep (the same
+// 192 KB) and with five or four 64-token stages; hold is per 64 tokens.
+// Last, one wave of one CTA per SM, with all SMs streaming or every other
+// one (the rest idle), timed per CTA by %globaltimer.
 // Slots are a random permutation of the pool or contiguous runs. A check
 // launch compares every landed tile with the kernel's swizzled_slabs layout.
 #include <cuda.h>
@@ -47,20 +52,22 @@
 
 namespace {
 
-constexpr int kHeadDim = 128, kNumKvHeads = 8, kBlockN = 64, kStages = 6;
+constexpr int kHeadDim = 128, kNumKvHeads = 8;
 constexpr int kTokensPerCta = 4096;
-constexpr int kTileBytes = kBlockN * kHeadDim * 2;  // one of K or V
-constexpr int kSlabBytes = kBlockN * 128;           // 64 dims of every token
 constexpr int kThreads = 384, kConsumerThreads = 256, kProducerThreads = 128;
-constexpr int kSmemBytes = 1024 + kStages * 2 * kTileBytes + kTokensPerCta * 4 + 4 * kStages * 8;
+// Tiles of BLOCK_N tokens (64 as in the kernel, or 32), STAGES deep.
+constexpr int smem_bytes(int block_n, int stages) {
+  return 1024 + stages * 2 * block_n * kHeadDim * 2 + kTokensPerCta * 4 + 4 * stages * 8;
+}
 
-enum Mode { kCpAsync, kTmaWarpgroup, kTmaWarp, kTmaThread, kBulk, kCpAsyncSplit, kCpAsyncHalf, kNumModes };
+enum Mode { kCpAsync, kTmaWarpgroup, kTmaWarp, kTmaThread, kBulk, kCpAsyncSplit, kCpAsyncHalf, kNoCopy, kNumModes };
 const char* const kModeNames[] = {"cp.async", "tma_wg", "tma_warp", "tma_thread", "bulk", "cp.async_split",
-                                  "cp.async_64"};
+                                  "cp.async_64", "no_copy"};
 
 // The kernel's layout: 64-dim slabs of all rows, 16-byte chunks XORed by row.
+template <int ROWS>
 __host__ __device__ uint32_t swizzled_slabs(int row, int chunk) {
-  return (chunk / 8) * kBlockN * 128 + row * 128 + (((chunk % 8) ^ (row % 8)) << 4);
+  return (chunk / 8) * ROWS * 128 + row * 128 + (((chunk % 8) ^ (row % 8)) << 4);
 }
 
 __device__ void mbarrier_init(uint32_t bar, int count) {
@@ -118,14 +125,18 @@ struct ProbeArgs {
   int hold_cycles;             // consumers' work per tile
   int k_lead;                  // cp.async_split: K copies run this many tiles ahead of V
   bool release_early;          // free tile t - 1 at the start of step t, not halfway
-  bool sleep_hold;
+  int active_every;            // only every n-th CTA streams; the others hold their SM idle
+  unsigned* active_done;       // active CTAs finished, zeroed before each launch
   bool check;
 };
 
-template <Mode MODE>
+template <Mode MODE, int BLOCK_N, int STAGES>
 __global__ void __launch_bounds__(kThreads, 1)
     slab_copy_probe(ProbeArgs a, const __grid_constant__ CUtensorMap k_map,
                     const __grid_constant__ CUtensorMap v_map) {
+  constexpr int kBlockN = BLOCK_N, kStages = STAGES;
+  constexpr int kTileBytes = kBlockN * kHeadDim * 2;  // one of K or V
+  constexpr int kSlabBytes = kBlockN * 128;           // 64 dims of every token
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t smem_raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t base = (smem_raw + 1023) & ~1023u;
@@ -143,6 +154,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kCpAsyncCopies = MODE == kCpAsync || kSplit || MODE == kCpAsyncHalf;
   constexpr int kCopiers = MODE == kCpAsyncHalf ? 64 : kProducerThreads;  // cp.async threads
   const int tid = threadIdx.x;
+  if (blockIdx.x % a.active_every != 0) {  // every CTA is resident: one wave, one per SM
+    if (tid == 0) {
+      a.nanos[blockIdx.x] = 0;
+      while (atomicAdd(a.active_done, 0) < gridDim.x / a.active_every) __nanosleep(1000);
+    }
+    return;
+  }
+  auto finish = [&]() {
+    if (tid == 0) atomicAdd(a.active_done, 1);
+  };
   const int kv_head = blockIdx.x % kNumKvHeads;
   constexpr int kNumTiles = kTokensPerCta / kBlockN;
 
@@ -166,15 +187,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (MODE == kTmaWarp && p >= 32) return;
     if (MODE == kTmaThread && p >= 1) return;
     if (MODE == kCpAsyncHalf && p >= 64) return;
+    if (MODE == kNoCopy && p >= 1) return;
     const unsigned long long start = clock64(), start_ns = global_ns();
     // 8 rows x one 16-byte chunk of K or V per thread.
     auto issue_rows = [&](uint32_t stage, const char* head, const int* tile_slots) {
       const int chunk = p % 16;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < kBlockN / 8; ++j) {
         const int row = p / 16 + 8 * j;
         const uint64_t slot = static_cast<uint32_t>(tile_slots[row]);
-        cp_async_16(stage + swizzled_slabs(row, chunk), head + slot * kv_slot_bytes + chunk * 16);
+        cp_async_16(stage + swizzled_slabs<kBlockN>(row, chunk), head + slot * kv_slot_bytes + chunk * 16);
       }
     };
     for (int i = 0; kSplit && i < kNumTiles + a.k_lead; ++i) {
@@ -200,11 +222,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int j = 0; j < kBlockN * 16 / kCopiers; ++j) {
           const int row = p / 16 + kCopiers / 16 * j;
           const uint64_t slot = static_cast<uint32_t>(tile_slots[row]);
-          const uint32_t off = swizzled_slabs(row, chunk);
+          const uint32_t off = swizzled_slabs<kBlockN>(row, chunk);
           cp_async_16(k_stage(s) + off, k_head + slot * kv_slot_bytes + chunk * 16);
           cp_async_16(v_stage(s) + off, v_head + slot * kv_slot_bytes + chunk * 16);
         }
         cp_async_mbarrier_arrive(full(tile));
+      } else if constexpr (MODE == kNoCopy) {
+        mbarrier_arrive(full(tile));
       } else if constexpr (MODE == kBulk) {
         if (p == 0) mbarrier_arrive_expect_tx(full(tile), 2 * kTileBytes);
         asm volatile("bar.sync 1, 128;" ::: "memory");  // expect_tx before any completes
@@ -245,17 +269,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Consumers, paced like the kernel's: step t waits for tile t + 1, works
   // hold_cycles on tile t, and releases tile t - 1 halfway; the second
   // warpgroup runs half a step behind the first (its ping-pong turns).
-  // Polling the clock keeps the warp issuing; sleep_hold checks it every
-  // 100 ns instead, leaving the issue slots to the producer.
-  auto spin = [&](int cycles) {
+  auto spin = [](int cycles) {
     const long long start = clock64();
     while (clock64() - start < cycles) {
-      if (a.sleep_hold) __nanosleep(100);
     }
   };
   // Compares K or V of `tile` in shared memory with the pool.
   auto check = [&](int tile, bool is_v) {
-    if (!a.check) return;
+    if (!a.check || MODE == kNoCopy) return;
     const int s = tile % kStages;
     const char* head = is_v ? v_head : k_head;
     const uint32_t stage = is_v ? v_stage(s) : k_stage(s);
@@ -263,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int u = tid; u < kBlockN * 16; u += kConsumerThreads) {
       const int row = u / 16, chunk = u % 16;
       const uint64_t slot = static_cast<uint32_t>(slots[tile * kBlockN + row]);
-      const uint32_t off = MODE == kBulk ? row * kHeadDim * 2 + chunk * 16 : swizzled_slabs(row, chunk);
+      const uint32_t off = MODE == kBulk ? row * kHeadDim * 2 + chunk * 16 : swizzled_slabs<kBlockN>(row, chunk);
       const uint4 want = *reinterpret_cast<const uint4*>(head + slot * kv_slot_bytes + chunk * 16);
       const uint4 got = *reinterpret_cast<const uint4*>(smem_aligned + (stage - base) + off);
       bad += (want.x != got.x) | (want.y != got.y) | (want.z != got.z) | (want.w != got.w);
@@ -291,6 +312,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       check(tile, true);
       spin(a.hold_cycles / 2);
     }
+    finish();
     return;
   }
   mbarrier_wait(full(0), 0);
@@ -303,6 +325,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (!a.release_early && tile > 0 && warp_leader) mbarrier_arrive(empty(tile - 1));
     spin(a.hold_cycles / 2);
   }
+  finish();
 }
 
 __global__ void fill_random(uint32_t* p, uint64_t n, uint32_t seed) {
@@ -337,14 +360,22 @@ CUtensorMap make_pool_map(EncodeTiled encode, void* pool, uint64_t num_slots) {
   return map;
 }
 
-template <Mode MODE>
+template <Mode MODE, int BLOCK_N = 64, int STAGES = 6>
 void launch(int num_ctas, const ProbeArgs& a, const CUtensorMap& km, const CUtensorMap& vm) {
-  CHECK_CUDA(cudaFuncSetAttribute(slab_copy_probe<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  kSmemBytes));
-  slab_copy_probe<MODE><<<num_ctas, kThreads, kSmemBytes>>>(a, km, vm);
+  constexpr int kSmemBytes = smem_bytes(BLOCK_N, STAGES);
+  CHECK_CUDA(cudaFuncSetAttribute(slab_copy_probe<MODE, BLOCK_N, STAGES>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  slab_copy_probe<MODE, BLOCK_N, STAGES><<<num_ctas, kThreads, kSmemBytes>>>(a, km, vm);
 }
 
-void launch_mode(int mode, int num_ctas, const ProbeArgs& a, const CUtensorMap& km, const CUtensorMap& vm) {
+// Tile shapes for the cp.async stream: {tokens per tile, stages}.
+constexpr int kTilings[][2] = {{64, 6}, {32, 12}, {64, 5}, {64, 4}};
+
+void launch_mode(int mode, int tiling, int num_ctas, const ProbeArgs& a, const CUtensorMap& km,
+                 const CUtensorMap& vm) {
+  if (mode == kCpAsync && tiling == 1) return launch<kCpAsync, 32, 12>(num_ctas, a, km, vm);
+  if (mode == kCpAsync && tiling == 2) return launch<kCpAsync, 64, 5>(num_ctas, a, km, vm);
+  if (mode == kCpAsync && tiling == 3) return launch<kCpAsync, 64, 4>(num_ctas, a, km, vm);
   switch (mode) {
     case kCpAsync: return launch<kCpAsync>(num_ctas, a, km, vm);
     case kTmaWarpgroup: return launch<kTmaWarpgroup>(num_ctas, a, km, vm);
@@ -352,6 +383,7 @@ void launch_mode(int mode, int num_ctas, const ProbeArgs& a, const CUtensorMap& 
     case kTmaThread: return launch<kTmaThread>(num_ctas, a, km, vm);
     case kBulk: return launch<kBulk>(num_ctas, a, km, vm);
     case kCpAsyncHalf: return launch<kCpAsyncHalf>(num_ctas, a, km, vm);
+    case kNoCopy: return launch<kNoCopy>(num_ctas, a, km, vm);
     default: return launch<kCpAsyncSplit>(num_ctas, a, km, vm);
   }
 }
@@ -386,6 +418,8 @@ int main() {
   int *slots, *mismatches;
   unsigned long long *cycles, *nanos;
   CHECK_CUDA(cudaMalloc(&nanos, num_ctas * 8));
+  unsigned* active_done;
+  CHECK_CUDA(cudaMalloc(&active_done, 4));
   CHECK_CUDA(cudaMalloc(&slots, tokens * 4));
   CHECK_CUDA(cudaMalloc(&mismatches, 4));
   CHECK_CUDA(cudaMalloc(&cycles, num_ctas * 8));
@@ -404,11 +438,18 @@ int main() {
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
   bool first = true;
+  // hold_cycles is per 64 tokens; a 32-token tile holds half of it.
+  // grid_ctas < num_ctas: one wave, every CTA resident, active_every of them streaming.
   auto measure = [&](int layout, int mode, int hold_cycles, int k_lead, bool release_early = false,
-                     bool sleep_hold = false) {
-    ProbeArgs a{k, v, slots, mismatches, cycles, nanos, hold_cycles, k_lead, release_early, sleep_hold, true};
+                     int tiling = 0, int grid_ctas = 0, int active_every = 1) {
+    const int block_n = kTilings[tiling][0];
+    const int grid = grid_ctas > 0 ? grid_ctas : num_ctas;
+    ProbeArgs a{k,      v,      slots,         mismatches, cycles,
+                nanos,  hold_cycles * block_n / 64, k_lead, release_early, active_every,
+                active_done, true};
     CHECK_CUDA(cudaMemset(mismatches, 0, 4));
-    launch_mode(mode, num_ctas, a, k_map, v_map);
+    CHECK_CUDA(cudaMemset(active_done, 0, 4));
+    launch_mode(mode, tiling, grid, a, k_map, v_map);
     CHECK_CUDA(cudaGetLastError());
     CHECK_CUDA(cudaDeviceSynchronize());
     int bad = 0;
@@ -416,8 +457,9 @@ int main() {
     a.check = false;
     std::vector<float> ms;
     for (int i = 0; i < 25; ++i) {
+      CHECK_CUDA(cudaMemset(active_done, 0, 4));
       CHECK_CUDA(cudaEventRecord(e0));
-      launch_mode(mode, num_ctas, a, k_map, v_map);
+      launch_mode(mode, tiling, grid, a, k_map, v_map);
       CHECK_CUDA(cudaEventRecord(e1));
       CHECK_CUDA(cudaEventSynchronize(e1));
       float t;
@@ -426,35 +468,55 @@ int main() {
     }
     std::sort(ms.begin(), ms.end());
     const double med_us = ms[ms.size() / 2] * 1e3;
-    std::vector<unsigned long long> cyc(num_ctas), ns(num_ctas);
-    CHECK_CUDA(cudaMemcpy(cyc.data(), cycles, num_ctas * 8, cudaMemcpyDeviceToHost));
-    CHECK_CUDA(cudaMemcpy(ns.data(), nanos, num_ctas * 8, cudaMemcpyDeviceToHost));
-    std::vector<double> ghz(num_ctas);
-    for (int c = 0; c < num_ctas; ++c) ghz[c] = static_cast<double>(cyc[c]) / ns[c];
-    std::sort(cyc.begin(), cyc.end());
-    std::sort(ghz.begin(), ghz.end());
-    constexpr int kTilesPerCta = kTokensPerCta / kBlockN;
-    const double sm_ghz = ghz[num_ctas / 2];  // the last launch's median CTA
-    std::printf("%s{\"layout\": \"%s\", \"mode\": \"%s\", \"hold_cycles\": %d, \"k_lead\": %d, \"release_early\": %d, \"sleep_hold\": %d, \"mismatches\": %d, "
-                "\"median_us\": %.1f, \"tb_per_s\": %.3f, \"ns_per_tile\": %.0f, "
-                "\"producer_cycles_per_tile\": %.0f, \"sm_ghz\": %.2f}",
-                first ? "" : ",\n", layout == 0 ? "random" : "contiguous", kModeNames[mode], hold_cycles,
-                k_lead, static_cast<int>(release_early), static_cast<int>(sleep_hold), bad, med_us, bytes / (med_us * 1e-6) / 1e12, med_us * 1e3 / (4 * kTilesPerCta),
-                static_cast<double>(cyc[num_ctas / 2]) / kTilesPerCta, sm_ghz);
+    // Per active CTA (the last launch): SM cycles and nanoseconds of its stream.
+    std::vector<unsigned long long> cyc(grid), ns(grid);
+    CHECK_CUDA(cudaMemcpy(cyc.data(), cycles, grid * 8, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(ns.data(), nanos, grid * 8, cudaMemcpyDeviceToHost));
+    std::vector<double> ghz, cta_ns, cta_cycles;
+    for (int c = 0; c < grid; c += active_every) {
+      ghz.push_back(static_cast<double>(cyc[c]) / ns[c]);
+      cta_ns.push_back(static_cast<double>(ns[c]));
+      cta_cycles.push_back(static_cast<double>(cyc[c]));
+    }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const int tiles_per_cta = kTokensPerCta / 64;  // 64-token units
+    const int waves = grid / prop.multiProcessorCount;
+    const double active_bytes = bytes * (grid / active_every) / num_ctas;
+    std::printf("%s{\"layout\": \"%s\", \"mode\": \"%s\", \"tile_tokens\": %d, \"stages\": %d, "
+                "\"hold_cycles_per_64_tokens\": %d, \"k_lead\": %d, \"release_early\": %d, "
+                "\"grid_ctas\": %d, \"active_every\": %d, "
+                "\"mismatches\": %d, \"median_us\": %.1f, \"tb_per_s\": %.3f, \"ns_per_64_tokens\": %.0f, "
+                "\"cta_ns_per_64_tokens\": %.0f, \"producer_cycles_per_64_tokens\": %.0f, \"sm_ghz\": %.2f}",
+                first ? "" : ",\n", layout == 0 ? "random" : "contiguous", kModeNames[mode], block_n,
+                kTilings[tiling][1], hold_cycles, k_lead, static_cast<int>(release_early), grid, active_every,
+                bad, med_us, active_bytes / (med_us * 1e-6) / 1e12, med_us * 1e3 / (waves * tiles_per_cta),
+                median(cta_ns) / tiles_per_cta, median(cta_cycles) / tiles_per_cta, median(ghz));
     first = false;
   };
   for (int layout = 0; layout < 2; ++layout) {
     CHECK_CUDA(cudaMemcpy(slots, (layout == 0 ? random_slots : run_slots).data(), tokens * 4,
                           cudaMemcpyHostToDevice));
-    for (int mode = 0; mode < kNumModes; ++mode) measure(layout, mode, 0, 2);
+    for (int mode = 0; mode < kNumModes; ++mode)
+      if (mode != kNoCopy) measure(layout, mode, 0, 2);
     if (layout == 0)
-      for (int hold : {1000, 1400, 1600, 1800}) {
-        measure(layout, kCpAsync, hold, 0);
+      for (int hold : {0, 1000, 1400, 1600, 1800}) {
+        for (int tiling = hold == 0 ? 1 : 0; tiling < 4; ++tiling)
+          measure(layout, kCpAsync, hold, 0, false, tiling);
+        if (hold == 0) continue;
         measure(layout, kCpAsync, hold, 0, true);
-        measure(layout, kCpAsync, hold, 0, false, true);
         measure(layout, kCpAsyncHalf, hold, 0);
         for (int lead : {0, 2}) measure(layout, kCpAsyncSplit, hold, lead);
       }
+    // One wave: all SMs streaming, or every other one (the rest idle), so that
+    // a stream paced by its consumers is seen with and without HBM's limit.
+    if (layout == 0)
+      for (int hold : {0, 1000, 1400, 1800})
+        for (int every : {1, 2})
+          for (int mode : {kCpAsync, kNoCopy})
+            measure(layout, mode, hold, 0, false, 0, prop.multiProcessorCount, every);
   }
   std::printf("\n]}\n");
   return 0;
