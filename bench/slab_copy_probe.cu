@@ -41,6 +41,8 @@
 #include <random>
 #include <vector>
 
+#include "../csrc/mbarrier.cuh"  // the kernel's mbarriers and its swizzled_slabs layout
+
 #define CHECK_CUDA(x)                                                              \
   do {                                                                             \
     cudaError_t e = (x);                                                           \
@@ -64,23 +66,11 @@ enum Mode { kCpAsync, kTmaWarpgroup, kTmaWarp, kTmaThread, kBulk, kCpAsyncSplit,
 const char* const kModeNames[] = {"cp.async", "tma_wg", "tma_warp", "tma_thread", "bulk", "cp.async_split",
                                   "cp.async_64", "no_copy"};
 
-// The kernel's layout: 64-dim slabs of all rows, 16-byte chunks XORed by row.
-template <int ROWS>
-__host__ __device__ uint32_t swizzled_slabs(int row, int chunk) {
-  return (chunk / 8) * ROWS * 128 + row * 128 + (((chunk % 8) ^ (row % 8)) << 4);
-}
+using verify_ops::cp_async_mbarrier_arrive;
+using verify_ops::mbarrier_init;
+using verify_ops::mbarrier_wait;
+using verify_ops::swizzled_slabs;
 
-__device__ void mbarrier_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
 __device__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
@@ -90,9 +80,6 @@ __device__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
 }
 __device__ void cp_async_16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ void cp_async_mbarrier_arrive(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 __device__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
   asm volatile(
