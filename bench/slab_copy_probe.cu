@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (MODE == kCpAsyncHalf && p >= 64) return;
     if (MODE == kNoCopy && p >= 1) return;
     const unsigned long long start = clock64(), start_ns = global_ns();
-    // 8 rows x one 16-byte chunk of K or V per thread.
+    // kBlockN / 8 rows x one 16-byte chunk of K or V per thread.
     auto issue_rows = [&](uint32_t stage, const char* head, const int* tile_slots) {
       const int chunk = p % 16;
 #pragma unroll
