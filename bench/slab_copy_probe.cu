@@ -39,6 +39,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "../csrc/mbarrier.cuh"  // the kernel's mbarriers and its swizzled_slabs layout
@@ -176,26 +177,33 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (MODE == kCpAsyncHalf && p >= 64) return;
     if (MODE == kNoCopy && p >= 1) return;
     const unsigned long long start = clock64(), start_ns = global_ns();
-    // kBlockN / 8 rows x one 16-byte chunk of K or V per thread.
-    auto issue_rows = [&](uint32_t stage, const char* head, const int* tile_slots) {
+    // One 16-byte chunk of every (kCopiers / 16)-th row of stage s, K and/or V,
+    // per cp.async thread; with both, each row's K and V copies go out together.
+    auto issue_rows = [&](int s, const int* tile_slots, auto copy_k, auto copy_v) {
       const int chunk = p % 16;
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-        const int row = p / 16 + 8 * j;
+      for (int j = 0; j < kBlockN * 16 / kCopiers; ++j) {
+        const int row = p / 16 + kCopiers / 16 * j;
         const uint64_t slot = static_cast<uint32_t>(tile_slots[row]);
-        cp_async_16(stage + swizzled_slabs<kBlockN>(row, chunk), head + slot * kv_slot_bytes + chunk * 16);
+        const uint32_t off = swizzled_slabs<kBlockN>(row, chunk);
+        if constexpr (decltype(copy_k)::value)
+          cp_async_16(k_stage(s) + off, k_head + slot * kv_slot_bytes + chunk * 16);
+        if constexpr (decltype(copy_v)::value)
+          cp_async_16(v_stage(s) + off, v_head + slot * kv_slot_bytes + chunk * 16);
       }
     };
+    constexpr std::true_type kWith{};
+    constexpr std::false_type kWithout{};
     for (int i = 0; kSplit && i < kNumTiles + a.k_lead; ++i) {
       if (i < kNumTiles) {
         if (i >= kStages) mbarrier_wait(empty(i), (i / kStages - 1) & 1);
-        issue_rows(k_stage(i % kStages), k_head, slots + i * kBlockN);
+        issue_rows(i % kStages, slots + i * kBlockN, kWith, kWithout);
         cp_async_mbarrier_arrive(full(i));
       }
       const int j = i - a.k_lead;
       if (j >= 0) {
         if (j >= kStages) mbarrier_wait(empty_v(j), (j / kStages - 1) & 1);
-        issue_rows(v_stage(j % kStages), v_head, slots + j * kBlockN);
+        issue_rows(j % kStages, slots + j * kBlockN, kWithout, kWith);
         cp_async_mbarrier_arrive(full_v(j));
       }
     }
@@ -204,15 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int s = tile % kStages;
       const int* tile_slots = slots + tile * kBlockN;
       if constexpr (kCpAsyncCopies) {
-        const int chunk = p % 16;
-#pragma unroll
-        for (int j = 0; j < kBlockN * 16 / kCopiers; ++j) {
-          const int row = p / 16 + kCopiers / 16 * j;
-          const uint64_t slot = static_cast<uint32_t>(tile_slots[row]);
-          const uint32_t off = swizzled_slabs<kBlockN>(row, chunk);
-          cp_async_16(k_stage(s) + off, k_head + slot * kv_slot_bytes + chunk * 16);
-          cp_async_16(v_stage(s) + off, v_head + slot * kv_slot_bytes + chunk * 16);
-        }
+        issue_rows(s, tile_slots, kWith, kWith);
         cp_async_mbarrier_arrive(full(tile));
       } else if constexpr (MODE == kNoCopy) {
         mbarrier_arrive(full(tile));
