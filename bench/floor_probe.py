@@ -14,14 +14,18 @@ the 0.3 s warm-up), with two Triton kernels in place of the verify kernel:
   (request, KV head, block of 4096 output elements) so that the write is as
   parallel as a real kernel's.
 
-The chain's time is a floor: one kernel cannot finish a layer sooner, so a
-target below it is out of reach for any one-kernel design under this protocol.
-It is not an estimate: a real kernel also streams all of K+V, does QK and PV,
-and merges its key splits, so it lands above the floor (a design with a
-separate merge kernel pays a second launch and chain on top). Nor does it
-bound designs outside the protocol, e.g. overlapping one layer's start with
-the previous layer's end (programmatic dependent launch) or fusing the op into
-its neighbours.
+Each kernel is timed twice: launched plainly, and with programmatic dependent
+launch (``*_pdl``, sm_90+): each layer's kernel may then start while the one
+before it drains, and waits (``griddepcontrol.wait``) before its first load,
+as verify_ops' kernels do. The shorter chain is the floor: one kernel cannot
+finish a layer sooner, so a target below it is out of reach for any one-kernel
+design under this protocol, with or without that overlap. It is not an
+estimate: a real kernel also streams all of K+V, does QK and PV, and merges
+its key splits, so it lands above the floor (a design with a separate merge
+kernel pays a second launch and chain on top). Nor does it bound designs
+outside the protocol, such as fusing the op into its neighbours or reading
+its inputs before the wait (they may still be being written by the kernel
+before it).
 """
 
 from __future__ import annotations
@@ -76,9 +80,22 @@ def reachable(chain_us: float, target_pct_us: float | None, target_short_us: flo
     return all(t is None or chain_us <= t for t in (target_pct_us, target_short_us))
 
 
+def supports_dependent_launch() -> bool:
+    """Programmatic dependent launch needs sm_90 or newer."""
+    return torch.cuda.get_device_capability()[0] >= 9
+
+
 if triton is not None:
     @triton.jit
-    def _empty_kernel(out_ptr):
+    def _wait_for_the_kernel_before(USE_PDL: tl.constexpr):
+        # As verify_ops' kernels do: wait for the grid before, then let the next queue.
+        if USE_PDL:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+
+    @triton.jit
+    def _empty_kernel(out_ptr, USE_PDL: tl.constexpr):
+        _wait_for_the_kernel_before(USE_PDL)
         tl.store(out_ptr, 1.0)
 
     @triton.jit
@@ -86,7 +103,8 @@ if triton is not None:
                       seq_lens_ptr, r2t_stride, k_slot_stride, k_head_stride, v_slot_stride,
                       v_head_stride, out_token_stride, out_head_stride,
                       NUM_DRAFTS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-                      BLOCK_ROWS: tl.constexpr):
+                      BLOCK_ROWS: tl.constexpr, USE_PDL: tl.constexpr):
+        _wait_for_the_kernel_before(USE_PDL)
         b = tl.program_id(0)
         h = tl.program_id(1)
         # Two independent loads, then two dependent steps: the chain.
@@ -107,12 +125,21 @@ if triton is not None:
         tl.store(out_ptr + offs, tl.broadcast_to(row[None, :], (BLOCK_ROWS, HEAD_DIM)), mask=mask)
 
 
-def empty_call(out: torch.Tensor) -> Callable[[], None]:
-    return lambda: _empty_kernel[(1,)](out, num_warps=1)
+def _launch_options(pdl: bool) -> dict:
+    # launch_pdl only where asked: Triton's interpreter (the CPU tests) knows no such option.
+    return {"USE_PDL": True, "launch_pdl": True} if pdl else {"USE_PDL": False}
 
 
-def chain_call(w: Workload, layer: int, out: torch.Tensor) -> Callable[[], None]:
-    """Layer ``layer``'s chain kernel writing ``out`` ([bs*D, Hq, head_dim])."""
+def empty_call(out: torch.Tensor, pdl: bool = False) -> Callable[[], None]:
+    """The empty kernel; with ``pdl``, launched as a programmatic dependent of the one before."""
+    options = _launch_options(pdl)
+    return lambda: _empty_kernel[(1,)](out, num_warps=1, **options)
+
+
+def chain_call(w: Workload, layer: int, out: torch.Tensor,
+               pdl: bool = False) -> Callable[[], None]:
+    """Layer ``layer``'s chain kernel writing ``out`` ([bs*D, Hq, head_dim]); with ``pdl``,
+    launched as a programmatic dependent of the kernel before it."""
     s, lay = w.shape, w.layers[layer]
     if s.head_dim & (s.head_dim - 1) or s.num_q_heads % s.num_kv_heads:
         raise ValueError(f"head_dim must be a power of two and Hkv divide Hq: {s}")
@@ -127,7 +154,7 @@ def chain_call(w: Workload, layer: int, out: torch.Tensor) -> Callable[[], None]
             w.req_to_token.stride(0), lay.k_cache.stride(0), lay.k_cache.stride(1),
             lay.v_cache.stride(0), lay.v_cache.stride(1), out.stride(0), out.stride(1))
     consts = {"NUM_DRAFTS": s.num_drafts, "GROUP": group, "HEAD_DIM": s.head_dim,
-              "BLOCK_ROWS": block_rows}
+              "BLOCK_ROWS": block_rows, **_launch_options(pdl)}
     return lambda: _chain_kernel[grid](*args, **consts)
 
 
@@ -163,36 +190,50 @@ def verify(w: Workload, chain_outs: list[torch.Tensor], chain: list[Callable],
         raise RuntimeError(f"empty kernel did not store its value for {w.shape.label()}")
 
 
-def run_case(shape: Shape, ceilings: dict) -> dict:
-    w = make_workload(shape)
+def time_kernels(w: Workload, pdl: bool) -> tuple[float, float]:
+    """µs per layer of the empty and the chain kernels, launched plainly or with PDL."""
     empty_outs = [torch.empty(1, device="cuda") for _ in w.layers]
     chain_outs = [torch.empty_like(lay.q) for lay in w.layers]  # allocated outside the graph
-    empty = [empty_call(o) for o in empty_outs]
-    chain = [chain_call(w, i, o) for i, o in enumerate(chain_outs)]
+    empty = [empty_call(o, pdl) for o in empty_outs]
+    chain = [chain_call(w, i, o, pdl) for i, o in enumerate(chain_outs)]
     verify(w, chain_outs, chain, empty_outs, empty)
-    row = {**case_row(shape, len(w.layers), ceilings), "empty_us": time_per_layer_us(empty),
-           "chain_us": time_per_layer_us(chain)}
+    return time_per_layer_us(empty), time_per_layer_us(chain)
+
+
+def floor_us(row: dict) -> float:
+    """The shorter chain: plain, or with PDL where the device has it."""
+    return min(t for t in (row["chain_us"], row["chain_pdl_us"]) if t is not None)
+
+
+def run_case(shape: Shape, ceilings: dict) -> dict:
+    w = make_workload(shape)
+    row = case_row(shape, len(w.layers), ceilings)
+    row["empty_us"], row["chain_us"] = time_kernels(w, pdl=False)
+    row["empty_pdl_us"], row["chain_pdl_us"] = (
+        time_kernels(w, pdl=True) if supports_dependent_launch() else (None, None))
+    row["floor_us"] = floor_us(row)
     row.update(targets_us(shape.kv_bytes, row["roofline_us"], row["bound"], shape.batch,
                           shape.seq_len, shape.num_drafts))
-    row["reachable"] = reachable(row["chain_us"], row["target_pct_us"], row["target_short_us"])
-    del w, empty_outs, chain_outs, empty, chain
+    row["reachable"] = reachable(row["floor_us"], row["target_pct_us"], row["target_short_us"])
+    del w
     gc.collect()
     torch.cuda.empty_cache()
     return row
 
 
-def _us(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f}"
+def _us(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
 
 
 def format_table(rows: list[dict]) -> str:
     head = (f"{'case':34} {'roof us':>8} {'bound':>6} {'pct tgt':>8} {'8us tgt':>8} "
-            f"{'empty':>7} {'chain':>7} {'reachable':>9}")
+            f"{'empty':>7} {'chain':>7} {'e pdl':>7} {'c pdl':>7} {'reachable':>9}")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['label']:34} {r['roofline_us']:>8.1f} {r['bound']:>6} "
                      f"{_us(r['target_pct_us']):>8} {_us(r['target_short_us']):>8} "
                      f"{r['empty_us']:>7.2f} {r['chain_us']:>7.2f} "
+                     f"{_us(r['empty_pdl_us'], 2):>7} {_us(r['chain_pdl_us'], 2):>7} "
                      f"{'yes' if r['reachable'] else 'NO':>9}")
     return "\n".join(lines)
 
@@ -225,7 +266,8 @@ def main(argv=None) -> list[dict]:
         row = run_case(shape, ceilings)
         rows.append(row)
         print(f"{shape.label():34} roof {row['roofline_us']:.1f}us empty {row['empty_us']:.2f}us "
-              f"chain {row['chain_us']:.2f}us reachable {row['reachable']}", flush=True)
+              f"chain {row['chain_us']:.2f}us (with PDL {_us(row['empty_pdl_us'], 2)}, "
+              f"{_us(row['chain_pdl_us'], 2)}) reachable {row['reachable']}", flush=True)
         save_rows(args.out, meta, rows)
     print(format_table(rows))
     return rows

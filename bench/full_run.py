@@ -50,8 +50,7 @@ PARTS = (
          ("--batches", "1", "--contexts", "4096,65536", "--drafts", "8,64",
           "--layouts", "fragmented", "--methods", "verify_ops,flex", "--baseline-batches", "1",
           "--baseline-layouts", "fragmented", "--baseline-drafts", "8,64")),
-    Part("floor-bs1-4k", "floor_probe",
-         ("--batches", "1", "--contexts", "4096", "--layouts", "fragmented")),
+    Part("floor-bs1-4k", "floor_probe", ("--batches", "1", "--contexts", "4096")),
 )
 
 

@@ -11,7 +11,8 @@ import textwrap
 import pytest
 import torch
 
-from bench.floor_probe import check_chain, expected_chain, format_table, reachable, targets_us
+from bench.floor_probe import (check_chain, expected_chain, floor_us, format_table, reachable,
+                               targets_us)
 from bench.workload import Shape, make_workload
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,12 +64,21 @@ def test_reachable_only_while_the_chain_fits_every_target_that_applies():
     assert not reachable(7.0, 20.0, 6.5)
 
 
+def test_the_floor_is_the_shorter_chain_plain_or_with_dependent_launch():
+    assert floor_us({"chain_us": 1.6, "chain_pdl_us": 1.2}) == 1.2
+    assert floor_us({"chain_us": 1.6, "chain_pdl_us": 1.9}) == 1.6
+    assert floor_us({"chain_us": 1.6, "chain_pdl_us": None}) == 1.6  # a device without PDL
+
+
 def test_the_table_marks_missing_targets_and_unreachable_cases():
     row = {"label": "bs1 L4k D8 8/1/128 frag", "roofline_us": 0.5, "bound": "memory",
            "target_pct_us": None, "target_short_us": 8.0, "empty_us": 2.1, "chain_us": 9.0,
-           "reachable": False}
+           "empty_pdl_us": 1.25, "chain_pdl_us": 8.75, "reachable": False}
     line = format_table([row]).splitlines()[2]
-    assert " - " in line and "8.0" in line and line.endswith("NO")
+    assert " - " in line and "8.0" in line and "1.25" in line and "8.75" in line
+    assert line.endswith("NO")
+    no_pdl = format_table([{**row, "empty_pdl_us": None, "chain_pdl_us": None}]).splitlines()[2]
+    assert no_pdl.split()[-3:] == ["-", "-", "NO"]
 
 
 def _naive_chain(w, layer):
@@ -150,11 +160,15 @@ def test_the_probe_times_two_tiny_cases_and_writes_their_rows(tmp_path):
     assert saved["meta"]["copy_bytes_per_s"] > 0 and saved["meta"]["matmul_flops_per_s"] > 0
     assert [r["label"] for r in saved["rows"]] == ["bs1 L64 D8 8/1/128 frag",
                                                    "bs1 L64 D4 32/8/128 cont"]
+    pdl = torch.cuda.get_device_capability()[0] >= 9
     for r in saved["rows"]:
         assert 0 < r["empty_us"] < 1e3 and 0 < r["chain_us"] < 1e3
+        for key in ("empty_pdl_us", "chain_pdl_us"):
+            assert (0 < r[key] < 1e3) if pdl else r[key] is None
+        assert r["floor_us"] == floor_us(r)
         assert r["bound"] in ("memory", "math") and r["roofline_us"] > 0
         want = targets_us(r["kv_bytes"], r["roofline_us"], r["bound"], r["shape"]["batch"],
                           r["shape"]["seq_len"], r["shape"]["num_drafts"])
         assert {k: r[k] for k in want} == want
-        assert r["reachable"] is reachable(r["chain_us"], r["target_pct_us"],
+        assert r["reachable"] is reachable(r["floor_us"], r["target_pct_us"],
                                            r["target_short_us"])
