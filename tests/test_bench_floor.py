@@ -160,7 +160,7 @@ def test_the_probe_times_two_tiny_cases_and_writes_their_rows(tmp_path):
     assert saved["meta"]["copy_bytes_per_s"] > 0 and saved["meta"]["matmul_flops_per_s"] > 0
     assert [r["label"] for r in saved["rows"]] == ["bs1 L64 D8 8/1/128 frag",
                                                    "bs1 L64 D4 32/8/128 cont"]
-    pdl = torch.cuda.get_device_capability()[0] >= 9
+    pdl = floor_probe.supports_dependent_launch()
     for r in saved["rows"]:
         assert 0 < r["empty_us"] < 1e3 and 0 < r["chain_us"] < 1e3
         for key in ("empty_pdl_us", "chain_pdl_us"):
