@@ -17,15 +17,21 @@ the 0.3 s warm-up), with two Triton kernels in place of the verify kernel:
 Each kernel is timed twice: launched plainly, and with programmatic dependent
 launch (``*_pdl``, sm_90+): each layer's kernel may then start while the one
 before it drains, and waits (``griddepcontrol.wait``) before its first load,
-as verify_ops' kernels do. The shorter chain is the floor: one kernel cannot
-finish a layer sooner, so a target below it is out of reach for any one-kernel
-design under this protocol, with or without that overlap. It is not an
-estimate: a real kernel also streams all of K+V, does QK and PV, and merges
-its key splits, so it lands above the floor (a design with a separate merge
-kernel pays a second launch and chain on top). Nor does it bound designs
-outside the protocol, such as fusing the op into its neighbours or reading
-its inputs before the wait (they may still be being written by the kernel
-before it).
+as verify_ops' kernels do. The shorter chain is the floor (``floor_us``): one
+kernel cannot finish a layer sooner, with or without that overlap.
+
+Nor can it do the case's math in less than its FLOPs over the device's peak
+rate, and no score exists before the chain's K row lands, while the output's
+last write waits for the last of the math. So a layer takes at least the floor
+plus that time (``least_us``; ``math_at_peak_us``, from the SM count, the
+maximum SM clock and the SM's peak dense 16-bit rate, tensor and CUDA cores
+together). A target below ``least_us`` is out of reach for any kernel under
+this protocol (``reachable``). It is a bound, not an estimate: a real kernel
+also streams all of K+V at less than the peak rate and merges its key splits
+(a design with a separate merge kernel pays a second launch and chain on top).
+Nor does it bound designs outside the protocol, such as fusing the op into
+its neighbours or reading its inputs before the wait (they may still be being
+written by the kernel before it).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import argparse
 import datetime
 import gc
 import platform
+import subprocess
 import sys
 from typing import Callable
 
@@ -75,9 +82,43 @@ def targets_us(kv_bytes: float, roofline_us: float, bound: str, batch: int, seq_
     return {"target_pct_us": pct, "target_short_us": short}
 
 
-def reachable(chain_us: float, target_pct_us: float | None, target_short_us: float | None) -> bool:
-    """False when the chain alone takes longer than a target that applies."""
-    return all(t is None or chain_us <= t for t in (target_pct_us, target_short_us))
+def reachable(least_us: float, target_pct_us: float | None,
+              target_short_us: float | None) -> bool:
+    """False when the least time of a layer passes a target that applies."""
+    return all(t is None or least_us <= t for t in (target_pct_us, target_short_us))
+
+
+# Dense 16-bit FLOPs one SM can do per clock, by compute capability major: on
+# sm_90 the tensor cores' 4096 (H100 SXM's 989.4 TFLOP/s is that on 132 SMs at
+# 1830 MHz) plus 512 for the CUDA cores (128 lanes, an FMA of packed halves
+# each), as if both ran at once: the peak errs high, so the least time errs low.
+PEAK_FLOP_PER_SM_CLOCK = {9: 4096 + 512}
+
+
+def max_sm_clock_hz() -> float | None:
+    """The device's maximum SM clock (CUDA's peak clock rate), or None where unknown."""
+    khz = getattr(torch.cuda.get_device_properties(), "clock_rate", None)
+    if khz:
+        return khz * 1e3
+    try:  # older torch: ask the driver
+        uuid = "GPU-" + str(torch.cuda.get_device_properties().uuid).removeprefix("GPU-")
+        mhz = subprocess.run(["nvidia-smi", "-i", uuid, "--query-gpu=clocks.max.sm",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+        return float(mhz) * 1e6
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
+def peak_flops_per_s(capability_major: int, sms: int, clock_hz: float | None) -> float | None:
+    """The device's peak dense 16-bit rate, or None where the SM's rate or the clock is unknown."""
+    per_sm_clock = PEAK_FLOP_PER_SM_CLOCK.get(capability_major)
+    return None if per_sm_clock is None or clock_hz is None else per_sm_clock * sms * clock_hz
+
+
+def math_at_peak_us(flops: float, peak: float | None) -> float | None:
+    """The case's math at the peak rate, or None where the peak is unknown."""
+    return None if peak is None else flops / peak * 1e6
 
 
 def supports_dependent_launch() -> bool:
@@ -205,16 +246,23 @@ def floor_us(row: dict) -> float:
     return min(t for t in (row["chain_us"], row["chain_pdl_us"]) if t is not None)
 
 
-def run_case(shape: Shape, ceilings: dict) -> dict:
+def least_us(row: dict) -> float:
+    """The floor plus the math at the peak rate; the floor alone where the peak is unknown."""
+    return row["floor_us"] + (row["math_at_peak_us"] or 0.0)
+
+
+def run_case(shape: Shape, ceilings: dict, peak: float | None) -> dict:
     w = make_workload(shape)
     row = case_row(shape, len(w.layers), ceilings)
     row["empty_us"], row["chain_us"] = time_kernels(w, pdl=False)
     row["empty_pdl_us"], row["chain_pdl_us"] = (
         time_kernels(w, pdl=True) if supports_dependent_launch() else (None, None))
     row["floor_us"] = floor_us(row)
+    row["math_at_peak_us"] = math_at_peak_us(row["flops"], peak)
+    row["least_us"] = least_us(row)
     row.update(targets_us(shape.kv_bytes, row["roofline_us"], row["bound"], shape.batch,
                           shape.seq_len, shape.num_drafts))
-    row["reachable"] = reachable(row["floor_us"], row["target_pct_us"], row["target_short_us"])
+    row["reachable"] = reachable(row["least_us"], row["target_pct_us"], row["target_short_us"])
     del w
     gc.collect()
     torch.cuda.empty_cache()
@@ -227,13 +275,15 @@ def _us(x: float | None, digits: int = 1) -> str:
 
 def format_table(rows: list[dict]) -> str:
     head = (f"{'case':34} {'roof us':>8} {'bound':>6} {'pct tgt':>8} {'8us tgt':>8} "
-            f"{'empty':>7} {'chain':>7} {'e pdl':>7} {'c pdl':>7} {'reachable':>9}")
+            f"{'empty':>7} {'chain':>7} {'e pdl':>7} {'c pdl':>7} {'math pk':>7} "
+            f"{'least':>7} {'reachable':>9}")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['label']:34} {r['roofline_us']:>8.1f} {r['bound']:>6} "
-                     f"{_us(r['target_pct_us']):>8} {_us(r['target_short_us']):>8} "
+                     f"{_us(r['target_pct_us'], 2):>8} {_us(r['target_short_us']):>8} "
                      f"{r['empty_us']:>7.2f} {r['chain_us']:>7.2f} "
                      f"{_us(r['empty_pdl_us'], 2):>7} {_us(r['chain_pdl_us'], 2):>7} "
+                     f"{_us(r['math_at_peak_us'], 2):>7} {r['least_us']:>7.2f} "
                      f"{'yes' if r['reachable'] else 'NO':>9}")
     return "\n".join(lines)
 
@@ -255,19 +305,26 @@ def main(argv=None) -> list[dict]:
         raise SystemExit("bench.floor_probe needs Triton")
     torch.manual_seed(0)
     ceilings = burst_ceilings()  # as bench_tree_attn's roofline takes them
+    props = torch.cuda.get_device_properties()
+    clock_hz = max_sm_clock_hz()
+    peak = peak_flops_per_s(props.major, props.multi_processor_count, clock_hz)
     print(f"device {torch.cuda.get_device_name()}: copy {ceilings['copy_bytes_per_s'] / 1e12:.2f} "
-          f"TB/s, bf16 matmul {ceilings['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s", flush=True)
+          f"TB/s, bf16 matmul {ceilings['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s, peak "
+          f"{'unknown' if peak is None else f'{peak / 1e12:.0f} TFLOP/s'}", flush=True)
     meta = {"command": " ".join(["python -m bench.floor_probe"] + (argv or sys.argv[1:])),
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "triton": triton.__version__, "python": platform.python_version(), **ceilings}
+            "triton": triton.__version__, "python": platform.python_version(), **ceilings,
+            "sms": props.multi_processor_count, "max_sm_clock_hz": clock_hz,
+            "peak_flops_per_s": peak}
     rows = []
     for shape in shapes_of(args):
-        row = run_case(shape, ceilings)
+        row = run_case(shape, ceilings, peak)
         rows.append(row)
         print(f"{shape.label():34} roof {row['roofline_us']:.1f}us empty {row['empty_us']:.2f}us "
               f"chain {row['chain_us']:.2f}us (with PDL {_us(row['empty_pdl_us'], 2)}, "
-              f"{_us(row['chain_pdl_us'], 2)}) reachable {row['reachable']}", flush=True)
+              f"{_us(row['chain_pdl_us'], 2)}) least {row['least_us']:.2f}us "
+              f"reachable {row['reachable']}", flush=True)
         save_rows(args.out, meta, rows)
     print(format_table(rows))
     return rows

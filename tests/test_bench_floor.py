@@ -11,8 +11,9 @@ import textwrap
 import pytest
 import torch
 
-from bench.floor_probe import (check_chain, expected_chain, floor_us, format_table, reachable,
-                               targets_us)
+from bench.floor_probe import (PEAK_FLOP_PER_SM_CLOCK, check_chain, expected_chain, floor_us,
+                               format_table, least_us, math_at_peak_us, peak_flops_per_s,
+                               reachable, targets_us)
 from bench.workload import Shape, make_workload
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,7 +56,7 @@ def test_an_unknown_bound_is_an_error():
         targets_us(1e6, 1.0, "latency", 1, 4096, 8)
 
 
-def test_reachable_only_while_the_chain_fits_every_target_that_applies():
+def test_reachable_only_while_the_least_time_fits_every_target_that_applies():
     assert reachable(5.0, None, None)
     assert reachable(5.0, 5.0, 8.0)
     assert not reachable(9.0, None, 8.0)       # the 8 µs target alone
@@ -70,15 +71,46 @@ def test_the_floor_is_the_shorter_chain_plain_or_with_dependent_launch():
     assert floor_us({"chain_us": 1.6, "chain_pdl_us": None}) == 1.6  # a device without PDL
 
 
+def test_the_peak_rate_of_an_h200_counts_tensor_and_cuda_cores_at_the_max_clock():
+    peak = peak_flops_per_s(9, 132, 1.98e9)
+    assert peak == pytest.approx((4096 + 512) * 132 * 1.98e9)
+    assert peak > 989.4e12 * 1.98 / 1.83  # above the tensor cores' rate alone at that clock
+    assert peak_flops_per_s(9, 132, None) is None  # clock unknown
+    assert 12 not in PEAK_FLOP_PER_SM_CLOCK and peak_flops_per_s(12, 84, 2.6e9) is None
+
+
+def test_the_least_time_is_the_floor_plus_the_math_at_the_peak_rate():
+    assert math_at_peak_us(2e9, 1e15) == pytest.approx(2.0)
+    assert math_at_peak_us(2e9, None) is None
+    assert least_us({"floor_us": 1.3, "math_at_peak_us": 0.45}) == pytest.approx(1.75)
+    assert least_us({"floor_us": 1.3, "math_at_peak_us": None}) == 1.3  # peak unknown
+
+
+def test_8_1_128_d32_at_4k_is_out_of_reach_by_the_chain_measured_on_the_h200():
+    # floor-h200-pdl-2026-12-03.json: chain with PDL 1.30 us (contiguous), burst
+    # matmul 759.9 TFLOP/s; the H200's max SM clock 1980 MHz
+    # (h200-nvidia-smi-power-2026-12-03.txt).
+    s = Shape(1, 4096, 32, 8, 1, 128, "contiguous")
+    flops = 4 * s.head_dim * s.num_q_heads * s.num_drafts * (s.seq_len + s.num_drafts)
+    target = targets_us(s.kv_bytes, flops / 759.9e12 * 1e6, "math", s.batch, s.seq_len,
+                        s.num_drafts)["target_pct_us"]
+    row = {"floor_us": 1.30, "math_at_peak_us": math_at_peak_us(
+        flops, peak_flops_per_s(9, 132, 1.98e9))}
+    assert 1.30 < target < least_us(row)
+    assert reachable(1.30, target, None) and not reachable(least_us(row), target, None)
+
+
 def test_the_table_marks_missing_targets_and_unreachable_cases():
     row = {"label": "bs1 L4k D8 8/1/128 frag", "roofline_us": 0.5, "bound": "memory",
            "target_pct_us": None, "target_short_us": 8.0, "empty_us": 2.1, "chain_us": 9.0,
-           "empty_pdl_us": 1.25, "chain_pdl_us": 8.75, "reachable": False}
+           "empty_pdl_us": 1.25, "chain_pdl_us": 8.75, "math_at_peak_us": 0.31,
+           "least_us": 9.06, "reachable": False}
     line = format_table([row]).splitlines()[2]
     assert " - " in line and "8.0" in line and "1.25" in line and "8.75" in line
-    assert line.endswith("NO")
-    no_pdl = format_table([{**row, "empty_pdl_us": None, "chain_pdl_us": None}]).splitlines()[2]
-    assert no_pdl.split()[-3:] == ["-", "-", "NO"]
+    assert line.split()[-3:] == ["0.31", "9.06", "NO"]
+    no_pdl = format_table([{**row, "empty_pdl_us": None, "chain_pdl_us": None,
+                            "math_at_peak_us": None, "least_us": 9.0}]).splitlines()[2]
+    assert no_pdl.split()[-6:] == ["9.00", "-", "-", "-", "9.00", "NO"]
 
 
 def _naive_chain(w, layer):
@@ -166,9 +198,13 @@ def test_the_probe_times_two_tiny_cases_and_writes_their_rows(tmp_path):
         for key in ("empty_pdl_us", "chain_pdl_us"):
             assert (0 < r[key] < 1e3) if pdl else r[key] is None
         assert r["floor_us"] == floor_us(r)
+        peak = saved["meta"]["peak_flops_per_s"]
+        assert peak is None or peak > saved["meta"]["matmul_flops_per_s"]
+        assert r["math_at_peak_us"] == math_at_peak_us(r["flops"], peak)
+        assert r["least_us"] == least_us(r) >= r["floor_us"]
         assert r["bound"] in ("memory", "math") and r["roofline_us"] > 0
         want = targets_us(r["kv_bytes"], r["roofline_us"], r["bound"], r["shape"]["batch"],
                           r["shape"]["seq_len"], r["shape"]["num_drafts"])
         assert {k: r[k] for k in want} == want
-        assert r["reachable"] is reachable(r["floor_us"], r["target_pct_us"],
+        assert r["reachable"] is reachable(r["least_us"], r["target_pct_us"],
                                            r["target_short_us"])
