@@ -40,7 +40,6 @@ import argparse
 import datetime
 import gc
 import platform
-import subprocess
 import sys
 from typing import Callable
 
@@ -96,18 +95,10 @@ PEAK_FLOP_PER_SM_CLOCK = {9: 4096 + 512}
 
 
 def max_sm_clock_hz() -> float | None:
-    """The device's maximum SM clock (CUDA's peak clock rate), or None where unknown."""
+    """The device's maximum SM clock (CUDA's peak clock rate, which torch reports in
+    kHz since 2.11 at least), or None where torch does not say."""
     khz = getattr(torch.cuda.get_device_properties(), "clock_rate", None)
-    if khz:
-        return khz * 1e3
-    try:  # older torch: ask the driver
-        uuid = "GPU-" + str(torch.cuda.get_device_properties().uuid).removeprefix("GPU-")
-        mhz = subprocess.run(["nvidia-smi", "-i", uuid, "--query-gpu=clocks.max.sm",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                             timeout=30, check=True).stdout
-        return float(mhz) * 1e6
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return None
+    return khz * 1e3 if khz else None
 
 
 def peak_flops_per_s(capability_major: int, sms: int, clock_hz: float | None) -> float | None:
