@@ -91,11 +91,10 @@ def test_8_1_128_d32_at_4k_is_out_of_reach_by_the_chain_measured_on_the_h200():
     # matmul 759.9 TFLOP/s; the H200's max SM clock 1980 MHz
     # (h200-nvidia-smi-power-2026-12-03.txt).
     s = Shape(1, 4096, 32, 8, 1, 128, "contiguous")
-    flops = 4 * s.head_dim * s.num_q_heads * s.num_drafts * (s.seq_len + s.num_drafts)
-    target = targets_us(s.kv_bytes, flops / 759.9e12 * 1e6, "math", s.batch, s.seq_len,
+    target = targets_us(s.kv_bytes, s.flops / 759.9e12 * 1e6, "math", s.batch, s.seq_len,
                         s.num_drafts)["target_pct_us"]
     row = {"floor_us": 1.30, "math_at_peak_us": math_at_peak_us(
-        flops, peak_flops_per_s(9, 132, 1.98e9))}
+        s.flops, peak_flops_per_s(9, 132, 1.98e9))}
     assert 1.30 < target < least_us(row)
     assert reachable(1.30, target, None) and not reachable(least_us(row), target, None)
 
