@@ -11,7 +11,7 @@ ifneq ($(wildcard /usr/local/cuda/bin/nvcc),)
 export CUDA_HOME ?= /usr/local/cuda
 endif
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
-SOURCES := $(wildcard csrc/*.cpp csrc/*.cu csrc/*.h csrc/*.cuh csrc/*/*.cpp) setup.py pyproject.toml
+SOURCES := $(shell find csrc -type f) setup.py pyproject.toml
 
 .PHONY: demo test clean
 

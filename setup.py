@@ -32,14 +32,21 @@ def want_cuda() -> bool:
     return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
 
 
+def sources(*patterns: str) -> list[str]:
+    return sorted(path for pattern in patterns for path in glob.glob(pattern, recursive=True))
+
+
 def extension():
-    sources = sorted(glob.glob("csrc/*.cpp"))
+    # Shared and CPU sources; each backend's folder holds its own kernels.
+    cpu_sources = sources("csrc/*.cpp", "csrc/common/**/*.cpp", "csrc/cpu/**/*.cpp")
+    include_dirs = [os.path.abspath("csrc")]
     cxx_flags = ["-O3"]
     if not want_cuda():
         print("verify_ops: building the CPU op only")
         return cpp_extension.CppExtension(
             "verify_ops._C",
-            sources + ["csrc/cuda_unavailable/register.cpp"],
+            cpu_sources + ["csrc/cuda_unavailable/register.cpp"],
+            include_dirs=include_dirs,
             extra_compile_args={"cxx": cxx_flags},
         )
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCHS)
@@ -58,7 +65,8 @@ def extension():
         nvcc_flags.append("-DVERIFY_OPS_CTA_STAMPS=1")
     return cpp_extension.CUDAExtension(
         "verify_ops._C",
-        sources + sorted(glob.glob("csrc/*.cu")),
+        cpu_sources + sources("csrc/cuda/**/*.cu"),
+        include_dirs=include_dirs,
         extra_compile_args={"cxx": cxx_flags + ["-DVERIFY_OPS_WITH_CUDA"], "nvcc": nvcc_flags},
     )
 

@@ -1,11 +1,13 @@
-// The one place that defines verify's op schemas. Backends register kernels
-// with TORCH_LIBRARY_IMPL in their own files; fake kernels live in
-// verify_ops/ops.py. (Probing builds, VERIFY_OPS_CTA_STAMPS=1, also define
-// verify_stamps in tree_attn_cuda.cu.)
+// The one place that defines verify's op schemas (ops.h declares every
+// kernel entry point). Backends register kernels with TORCH_LIBRARY_IMPL in
+// their own files; fake kernels live in verify_ops/ops.py. (Probing builds,
+// VERIFY_OPS_CTA_STAMPS=1, also define verify_stamps in tree_attn_cuda.cu.)
 #include <Python.h>
 #include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <optional>
 #include <vector>
 
 extern "C" {
@@ -30,14 +32,22 @@ PyObject* PyInit__C(void) {
 }
 
 TORCH_LIBRARY(verify, m) {
+  // The keyword options default to plain attention: fp8 pools take k_scale /
+  // v_scale ([1] fp32; None is 1.0), logit_cap > 0 soft-caps the scores,
+  // sinks ([Hq] fp32) enter the softmax denominator, sliding_window >= 0
+  // limits keys to logical positions P - W .. P, and lse ([bs*D, Hq] fp32)
+  // receives the natural-log log-sum-exp of each row.
   m.def(
       "tree_attn(Tensor q, Tensor k_cache, Tensor v_cache, "
       "Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
-      "Tensor tree_mask, float sm_scale) -> Tensor");
+      "Tensor tree_mask, float sm_scale, *, Tensor? k_scale=None, Tensor? v_scale=None, "
+      "float logit_cap=0., Tensor? sinks=None, int sliding_window=-1) -> Tensor");
   m.def(
       "tree_attn_out(Tensor q, Tensor k_cache, Tensor v_cache, "
       "Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
-      "Tensor tree_mask, float sm_scale, Tensor(a!) out) -> ()");
+      "Tensor tree_mask, float sm_scale, Tensor(a!) out, *, Tensor? k_scale=None, "
+      "Tensor? v_scale=None, float logit_cap=0., Tensor? sinks=None, int sliding_window=-1, "
+      "Tensor(b!)? lse=None) -> ()");
   // Copies slot src_slots[i] to dst_slots[i] in every layer's K and V cache.
   m.def(
       "relocate_kv(Tensor(a!)[] k_caches, Tensor(b!)[] v_caches, "
@@ -73,7 +83,33 @@ void bump_written_arguments(const c10::OperatorHandle& op, c10::DispatchKeySet k
     if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
 }
 
+// verify.tree_attn, written once for every backend: q-shaped out from the
+// caching allocator, then verify.tree_attn_out through the dispatcher (so
+// torch.compile traces it as the out variant, which it functionalizes).
+at::Tensor tree_attn(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                     const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                     const at::Tensor& seq_lens, const at::Tensor& tree_mask, double sm_scale,
+                     const std::optional<at::Tensor>& k_scale,
+                     const std::optional<at::Tensor>& v_scale, double logit_cap,
+                     const std::optional<at::Tensor>& sinks, int64_t sliding_window) {
+  static const auto tree_attn_out =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("verify::tree_attn_out", "")
+          .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                      const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
+                      const at::Tensor&, const std::optional<at::Tensor>&,
+                      const std::optional<at::Tensor>&, double, const std::optional<at::Tensor>&,
+                      int64_t, const std::optional<at::Tensor>&)>();
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  tree_attn_out.call(q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens, tree_mask,
+                     sm_scale, out, k_scale, v_scale, logit_cap, sinks, sliding_window,
+                     std::nullopt);
+  return out;
+}
+
 }  // namespace
+
+TORCH_LIBRARY_IMPL(verify, CompositeImplicitAutograd, m) { m.impl("tree_attn", &tree_attn); }
 
 TORCH_LIBRARY_IMPL(verify, ADInplaceOrView, m) {
   m.impl("tree_attn_out", torch::CppFunction::makeFromBoxedFunction<&bump_written_arguments>());

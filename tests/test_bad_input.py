@@ -16,10 +16,13 @@ def base_args():
 
 BAD = {
     "q dtype": (lambda a: a.update(q=a["q"].to(torch.int32)), r"q must have dtype bfloat16 or float16"),
-    "k dtype": (lambda a: a.update(k_cache=a["k_cache"].half()), r"k_cache must have the dtype of q"),
-    "v dtype": (lambda a: a.update(v_cache=a["v_cache"].half()), r"v_cache must have the dtype of q"),
-    "fp8 kv": (lambda a: a.update(k_cache=a["k_cache"].to(torch.float8_e4m3fn)),
-               r"k_cache must have the dtype of q \(BFloat16\), got Float8_e4m3fn"),
+    "k dtype": (lambda a: a.update(k_cache=a["k_cache"].half()),
+                r"k_cache must have the dtype of q \(BFloat16\) or be float8_e4m3fn or "
+                r"float8_e5m2, got Half"),
+    "v dtype": (lambda a: a.update(v_cache=a["v_cache"].half()),
+                r"v_cache must have the dtype of k_cache \(BFloat16\), got Half"),
+    "fp8 k only": (lambda a: a.update(k_cache=a["k_cache"].to(torch.float8_e4m3fn)),
+                   r"v_cache must have the dtype of k_cache \(Float8_e4m3fn\), got BFloat16"),
     "q rank": (lambda a: a.update(q=a["q"].flatten(1)), r"q must be 3-D"),
     "k rank": (lambda a: a.update(k_cache=a["k_cache"][0]), r"k_cache must be 3-D"),
     "r2t rank": (lambda a: a.update(req_to_token=a["req_to_token"].flatten()), r"req_to_token must be 2-D"),
@@ -48,13 +51,43 @@ BAD = {
 }
 
 
-def call(args, out=None, on_meta=False):
+# The keyword options, each bad in one way: (options, message).
+BAD_OPTIONS = {
+    "k_scale numel": (lambda q: dict(k_scale=torch.ones(2)),
+                      r"k_scale must be a one-element float32 tensor on q's device \((cpu|meta)\), "
+                      r"got 2 elements of Float on (cpu|meta)"),
+    "v_scale dtype": (lambda q: dict(v_scale=torch.ones(1, dtype=torch.float64)),
+                      r"v_scale must be a one-element float32 tensor on q's device \((cpu|meta)\), "
+                      r"got 1 elements of Double on (cpu|meta)"),
+    "logit_cap": (lambda q: dict(logit_cap=-1.0),
+                  r"logit_cap must be >= 0 \(0 = off\) and finite, got -1.000000"),
+    "logit_cap inf": (lambda q: dict(logit_cap=float("inf")), r"logit_cap must be >= 0"),
+    "window": (lambda q: dict(sliding_window=-3),
+               r"sliding_window must be -1 \(off\) or >= 0, got -3"),
+    "sinks shape": (lambda q: dict(sinks=torch.zeros(3)),
+                    r"sinks must have shape \[Hq\] = \[8\], got \[3\]"),
+    "sinks dtype": (lambda q: dict(sinks=torch.zeros(8, dtype=torch.bfloat16)),
+                    r"sinks must have dtype float32, got BFloat16"),
+    "lse shape": (lambda q: dict(lse=torch.zeros(q.shape[0], 3)),
+                  r"lse must have shape \[bs\*D, Hq\] = \[8, 8\], got \[8, 3\]"),
+    "lse dtype": (lambda q: dict(lse=torch.zeros(q.shape[:2], dtype=torch.float16)),
+                  r"lse must have dtype float32, got Half"),
+    "lse overlap": (lambda q: dict(lse=torch.zeros(1, 8).expand(8, 8)),
+                    r"lse must not overlap itself \(stride 0 on a dim of size > 1\)"),
+}
+
+
+def call(args, out=None, on_meta=False, options=None):
+    options = dict(options or {})
     if on_meta:
         args = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in args.items()}
         out = out.to("meta") if out is not None else None
+        # empty_strided keeps an expanded lse expanded (to() would copy it).
+        options = {k: torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+                   if isinstance(v, torch.Tensor) else v for k, v in options.items()}
     if out is None:
-        return torch.ops.verify.tree_attn(*args.values())
-    return torch.ops.verify.tree_attn_out(*args.values(), out)
+        return torch.ops.verify.tree_attn(*args.values(), **options)
+    return torch.ops.verify.tree_attn_out(*args.values(), out, **options)
 
 
 @pytest.mark.parametrize("on_meta", [False, True], ids=["cpu", "fake"])
@@ -81,6 +114,32 @@ def test_fake_and_cpp_messages_match(name):
             call(args, on_meta=on_meta)
         messages.append(str(info.value).splitlines()[0])
     assert messages[0] == messages[1]
+
+
+@pytest.mark.parametrize("on_meta", [False, True], ids=["cpu", "fake"])
+@pytest.mark.parametrize("name", list(BAD_OPTIONS))
+def test_bad_option(name, on_meta):
+    args = base_args()
+    make_options, message = BAD_OPTIONS[name]
+    options = make_options(args["q"])
+    # lse is an option of the out variant only.
+    out = torch.empty_like(args["q"]) if "lse" in options else None
+    with pytest.raises(RuntimeError, match=message):
+        call(args, out, on_meta, options)
+
+
+@pytest.mark.parametrize("name", list(BAD_OPTIONS))
+def test_fake_and_cpp_option_messages_match(name):
+    messages = []
+    for on_meta in (False, True):
+        args = base_args()
+        options = BAD_OPTIONS[name][0](args["q"])
+        out = torch.empty_like(args["q"]) if "lse" in options else None
+        with pytest.raises(RuntimeError) as info:
+            call(args, out, on_meta, options)
+        messages.append(str(info.value).splitlines()[0])
+    # The meta device names itself where the CPU says cpu.
+    assert messages[0] == messages[1].replace("meta", "cpu")
 
 
 @pytest.mark.parametrize("on_meta", [False, True], ids=["cpu", "fake"])

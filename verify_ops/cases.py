@@ -8,8 +8,8 @@ NaN instead of a plausible answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
 
 import torch
 
@@ -26,6 +26,7 @@ class TreeAttnCase:
     seq_lens: torch.Tensor
     tree_mask: torch.Tensor
     sm_scale: float
+    options: dict = field(default_factory=dict)  # the op's keyword options, if any
 
     def args(self) -> tuple:
         """The op's positional arguments, in order."""
@@ -69,11 +70,14 @@ class SlotLayout:
 
 
 def make_slot_layout(tokens: Sequence[int], layout: str, spare_slots: int,
-                     gen: torch.Generator) -> SlotLayout:
+                     gen: torch.Generator, page_size: int = 1) -> SlotLayout:
     """Slots for requests of ``tokens[b]`` tokens (prefix plus drafts).
 
     layout: "fragmented" scatters every token over the pool (page_size 1 after
-    churn); "contiguous" gives each request one run of slots.
+    churn); "contiguous" gives each request one run of slots; "paged" gives
+    each request whole pages of ``page_size`` consecutive slots, the pages
+    scattered over the pool (SGLang's paged allocator after churn; slot s is
+    in page s // page_size, and page 0 is never handed out).
     """
     batch = len(tokens)
     pool = 1 + sum(tokens) + spare_slots
@@ -90,8 +94,18 @@ def make_slot_layout(tokens: Sequence[int], layout: str, spare_slots: int,
             starts[b] = cursor
             cursor += tokens[b]
         owned = [torch.arange(starts[b], starts[b] + tokens[b]) for b in range(batch)]
+    elif layout == "paged":
+        pages_needed = [-(-n // page_size) for n in tokens]
+        num_pages = 1 + sum(pages_needed) + -(-spare_slots // page_size)
+        pool = num_pages * page_size
+        pages = (torch.randperm(num_pages - 1, generator=gen) + 1).tolist()
+        owned = []
+        for n, count in zip(tokens, pages_needed):
+            mine, pages = pages[:count], pages[count:]
+            slots = [p * page_size + i for p in mine for i in range(page_size)]
+            owned.append(torch.tensor(slots[:n], dtype=torch.int64))
     else:
-        raise ValueError(f"layout must be 'fragmented' or 'contiguous', got {layout!r}")
+        raise ValueError(f"layout must be 'fragmented', 'contiguous' or 'paged', got {layout!r}")
     used = torch.zeros(pool, dtype=torch.bool)
     for slots in owned:
         used[slots] = True
@@ -106,22 +120,28 @@ def make_slot_layout(tokens: Sequence[int], layout: str, spare_slots: int,
 
 def make_case(seq_lens: Sequence[int], num_drafts: int, num_q_heads: int, num_kv_heads: int,
               head_dim: int, *, dtype: torch.dtype = torch.bfloat16,
+              kv_dtype: Optional[torch.dtype] = None,
               device: torch.device | str = "cpu", index_dtype: torch.dtype = torch.int32,
-              layout: str = "fragmented", strided_q: bool = False, tree: str = "random",
-              spare_slots: int = 64, seed: int = 0) -> TreeAttnCase:
+              layout: str = "fragmented", page_size: int = 1, strided_q: bool = False,
+              tree: str = "random", spare_slots: int = 64, seed: int = 0,
+              kv_scales: bool = False, logit_cap: float = 0.0, sinks: bool = False,
+              sliding_window: int = -1) -> TreeAttnCase:
     """Random inputs for one verify step (see :func:`make_slot_layout` for ``layout``).
 
+    kv_dtype: the pool's dtype (default q's; float8_e4m3fn or float8_e5m2).
     strided_q: q is the query slice of a fused QKV projection.
+    kv_scales, logit_cap, sinks, sliding_window: fill ``case.options`` with
+    random k_scale / v_scale, the cap, random ``[Hq]`` sinks and the window.
     """
     gen = torch.Generator().manual_seed(seed)
     batch = len(seq_lens)
     lens = torch.tensor(list(seq_lens), dtype=torch.int64)
-    slots = make_slot_layout((lens + num_drafts).tolist(), layout, spare_slots, gen)
+    slots = make_slot_layout((lens + num_drafts).tolist(), layout, spare_slots, gen, page_size)
 
     def cache():
-        c = torch.randn(slots.pool_size, num_kv_heads, head_dim, generator=gen).to(dtype)
+        c = torch.randn(slots.pool_size, num_kv_heads, head_dim, generator=gen)
         c[~slots.owned] = float("nan")
-        return c
+        return c.to(kv_dtype or dtype)
 
     k_cache, v_cache = cache(), cache()
     total_rows = batch * num_drafts
@@ -131,6 +151,16 @@ def make_case(seq_lens: Sequence[int], num_drafts: int, num_q_heads: int, num_kv
         q = fused.to(device)[:, :num_q_heads]
     else:
         q = torch.randn(total_rows, num_q_heads, head_dim, generator=gen).to(dtype).to(device)
+    options: dict = {}
+    if kv_scales:
+        options["k_scale"] = (0.5 + torch.rand(1, generator=gen)).to(device)
+        options["v_scale"] = (0.5 + torch.rand(1, generator=gen)).to(device)
+    if logit_cap > 0:
+        options["logit_cap"] = logit_cap
+    if sinks:
+        options["sinks"] = (2 * torch.randn(num_q_heads, generator=gen)).to(device)
+    if sliding_window >= 0:
+        options["sliding_window"] = sliding_window
     return TreeAttnCase(
         q=q,
         k_cache=k_cache.to(device),
@@ -140,4 +170,5 @@ def make_case(seq_lens: Sequence[int], num_drafts: int, num_q_heads: int, num_kv
         seq_lens=lens.to(index_dtype).to(device),
         tree_mask=make_tree_masks(batch, num_drafts, tree, gen).to(device),
         sm_scale=head_dim ** -0.5,
+        options=options,
     )

@@ -7,6 +7,9 @@ so ``torch.compile`` rejects bad input at trace time the way eager code does.
 
 from __future__ import annotations
 
+import math
+from typing import Optional
+
 import torch
 
 from . import _C  # noqa: F401  (loads the library that registers the ops)
@@ -44,9 +47,13 @@ def _shape_str(t: torch.Tensor) -> str:
     return _shape_str_of(t.shape)
 
 
+_FP8_KV_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
 def check_tree_attn_args(q, k_cache, v_cache, req_to_token, req_pool_indices,
-                         seq_lens, tree_mask, out=None) -> int:
-    """Mirror of ``check_tree_attn_args`` in csrc/checks.cpp; returns D."""
+                         seq_lens, tree_mask, out=None, k_scale=None, v_scale=None,
+                         logit_cap=0.0, sinks=None, sliding_window=-1, lse=None) -> int:
+    """Mirror of ``check_tree_attn_args`` in csrc/common/tree_attn_checks.cpp; returns D."""
     for t, name, rank, layout in (
         (q, "q", 3, "[bs*D, Hq, head_dim]"),
         (k_cache, "k_cache", 3, "[pool, Hkv, head_dim]"),
@@ -65,9 +72,12 @@ def check_tree_attn_args(q, k_cache, v_cache, req_to_token, req_pool_indices,
         cpu_note = " (float32 is also accepted on CPU)" if on_cpu else ""
         _fail(f"q must have dtype bfloat16 or float16{cpu_note}, "
               f"got {_dtype_str(q.dtype)} on {q.device}")
-    for t, name in ((k_cache, "k_cache"), (v_cache, "v_cache")):
-        if t.dtype != q.dtype:
-            _fail(f"{name} must have the dtype of q ({_dtype_str(q.dtype)}), got {_dtype_str(t.dtype)}")
+    if k_cache.dtype != q.dtype and k_cache.dtype not in _FP8_KV_DTYPES:
+        _fail(f"k_cache must have the dtype of q ({_dtype_str(q.dtype)}) or be float8_e4m3fn "
+              f"or float8_e5m2, got {_dtype_str(k_cache.dtype)}")
+    if v_cache.dtype != k_cache.dtype:
+        _fail(f"v_cache must have the dtype of k_cache ({_dtype_str(k_cache.dtype)}), "
+              f"got {_dtype_str(v_cache.dtype)}")
     for t, name in ((req_to_token, "req_to_token"), (req_pool_indices, "req_pool_indices"),
                     (seq_lens, "seq_lens")):
         if t.dtype not in _INDEX_DTYPES:
@@ -126,30 +136,79 @@ def check_tree_attn_args(q, k_cache, v_cache, req_to_token, req_pool_indices,
         if any(stride == 0 and size > 1 for stride, size in zip(out.stride(), out.shape)):
             _fail("out must not overlap itself (stride 0 on a dim of size > 1), got strides "
                   f"{_shape_str_of(out.stride())} for shape {_shape_str(out)}")
+    _check_options(q, num_q_heads, k_scale, v_scale, logit_cap, sinks, sliding_window, lse)
     if q.device.type == "cuda" and head_dim not in (64, 128, 256):
         _fail(f"head_dim must be 64, 128 or 256 on CUDA, got {head_dim}")
     return num_drafts
 
 
-@torch.library.register_fake("verify::tree_attn")
-def _tree_attn_fake(q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
-                    tree_mask, sm_scale):
-    check_tree_attn_args(q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
-                         tree_mask)
-    return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+def _check_options(q, num_q_heads, k_scale, v_scale, logit_cap, sinks, sliding_window,
+                   lse) -> None:
+    for scale, name in ((k_scale, "k_scale"), (v_scale, "v_scale")):
+        if scale is not None and (scale.numel() != 1 or scale.dtype != torch.float32
+                                  or scale.device != q.device):
+            _fail(f"{name} must be a one-element float32 tensor on q's device ({q.device}), "
+                  f"got {scale.numel()} elements of {_dtype_str(scale.dtype)} on {scale.device}")
+    if not (logit_cap >= 0 and math.isfinite(logit_cap)):
+        _fail(f"logit_cap must be >= 0 (0 = off) and finite, got {logit_cap:f}")
+    if sliding_window < -1:
+        _fail(f"sliding_window must be -1 (off) or >= 0, got {sliding_window}")
+    if sinks is not None:
+        if sinks.dtype != torch.float32:
+            _fail(f"sinks must have dtype float32, got {_dtype_str(sinks.dtype)}")
+        if sinks.device != q.device:
+            _fail(f"sinks must be on the same device as q ({q.device}), got {sinks.device}")
+        if sinks.dim() != 1 or sinks.shape[0] != num_q_heads:
+            _fail(f"sinks must have shape [Hq] = [{num_q_heads}], got {_shape_str(sinks)}")
+    if lse is not None:
+        if lse.dtype != torch.float32:
+            _fail(f"lse must have dtype float32, got {_dtype_str(lse.dtype)}")
+        if lse.device != q.device:
+            _fail(f"lse must be on the same device as q ({q.device}), got {lse.device}")
+        if lse.dim() != 2 or lse.shape[0] != q.shape[0] or lse.shape[1] != num_q_heads:
+            _fail(f"lse must have shape [bs*D, Hq] = [{q.shape[0]}, {num_q_heads}], "
+                  f"got {_shape_str(lse)}")
+        if any(stride == 0 and size > 1 for stride, size in zip(lse.stride(), lse.shape)):
+            _fail("lse must not overlap itself (stride 0 on a dim of size > 1), got strides "
+                  f"{_shape_str_of(lse.stride())} for shape {_shape_str(lse)}")
 
 
 @torch.library.register_fake("verify::tree_attn_out")
 def _tree_attn_out_fake(q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
-                        tree_mask, sm_scale, out):
+                        tree_mask, sm_scale, out, *, k_scale=None, v_scale=None, logit_cap=0.0,
+                        sinks=None, sliding_window=-1, lse=None):
     check_tree_attn_args(q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
-                         tree_mask, out)
+                         tree_mask, out, k_scale, v_scale, logit_cap, sinks, sliding_window, lse)
+
+
+_OPTIONS_DOC = """
+    Options (keyword-only; each default keeps plain attention, and all combine):
+        k_scale, v_scale: ``None`` (1.0) or one-element float32 tensors on q's
+            device, for fp8 pools as SGLang's layers carry them: scores are
+            ``sm_scale * k_scale * (q . k)`` and the output is
+            ``v_scale * (P . v)``. Tensors, so that a captured graph reads the
+            value current at each replay.
+        logit_cap: ``> 0`` soft-caps each scaled score to
+            ``cap * tanh(score / cap)`` before the softmax (SGLang's
+            ``RadixAttention.logit_cap``, Grok and Gemma); 0 is off.
+        sinks: ``None`` or float32 ``[Hq]``: one logit per q head that enters
+            the softmax denominator only (gpt-oss).
+        sliding_window: ``-1`` (off) or W >= 0, by logical position: prefix
+            token t sits at t and draft j at ``seq_lens[b] + depth(j)``, its
+            depth in the tree (the number of other drafts its mask row
+            shows), never its flattened index; a query at position P sees
+            keys at P - W .. P (SGLang's ``sliding_window_size``, FlashAttention
+            ``window_size=(W, 0)``). KV wholly before ``seq_lens[b] - W`` is
+            never read.
+"""
 
 
 def tree_attn(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
               req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
-              seq_lens: torch.Tensor, tree_mask: torch.Tensor,
-              sm_scale: float) -> torch.Tensor:
+              seq_lens: torch.Tensor, tree_mask: torch.Tensor, sm_scale: float, *,
+              k_scale: Optional[torch.Tensor] = None, v_scale: Optional[torch.Tensor] = None,
+              logit_cap: float = 0.0, sinks: Optional[torch.Tensor] = None,
+              sliding_window: int = -1, return_lse: bool = False):
     """Tree attention for speculative-decoding verify over SGLang's KV buffers.
 
     Request ``b`` has ``D = q.shape[0] // bs`` draft tokens. Draft ``i`` of
@@ -165,8 +224,10 @@ def tree_attn(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         q: ``[bs*D, Hq, d]``, bfloat16 or float16 (float32 also on CPU). Rows
             ``b*D .. b*D+D-1`` belong to request ``b``. The last dim must be
             contiguous; other strides are free (a view into a fused QKV).
-        k_cache, v_cache: ``[pool, Hkv, d]``, q's dtype: one layer of SGLang's
-            token KV pool. ``Hq % Hkv == 0`` (GQA/MQA).
+        k_cache, v_cache: ``[pool, Hkv, d]``: one layer of SGLang's token KV
+            pool, in q's dtype or float8_e4m3fn / float8_e5m2 (both the same).
+            ``Hq % Hkv == 0`` (GQA/MQA). Paged pools (page_size > 1) are the
+            same buffers; ``req_to_token`` still holds token slots.
         req_to_token: ``[R, max_ctx]`` int32 (int64 accepted): SGLang's
             ReqToTokenPool.
         req_pool_indices: ``[bs]`` int64 (int32 accepted).
@@ -174,9 +235,12 @@ def tree_attn(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
             drafts excluded.
         tree_mask: ``[bs, D, D]`` bool, SGLang's QLEN_ONLY layout.
         sm_scale: softmax scale, usually ``d ** -0.5``.
-
+        return_lse: also return the ``[bs*D, Hq]`` float32 natural-log
+            log-sum-exp of each row's scores (sinks included; -inf for a row
+            that sees nothing), for :func:`verify_ops.merge_attn_states`.
+{options}
     Returns:
-        ``[bs*D, Hq, d]`` in q's dtype.
+        ``[bs*D, Hq, d]`` in q's dtype, or ``(out, lse)`` with ``return_lse``.
 
     CUDA supports head dims 64, 128 and 256, and at most 65535 (request, KV
     head) pairs, 2^32 pool slots, 2^31 - 1 positions per request and 2^31 - 1
@@ -184,22 +248,40 @@ def tree_attn(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     max_ctx``, request rows in range) always run on CPU; on CUDA they need a
     device sync and run only with ``VERIFY_OPS_DEBUG=1``.
     """
-    return torch.ops.verify.tree_attn(q, k_cache, v_cache, req_to_token, req_pool_indices,
-                                      seq_lens, tree_mask, sm_scale)
+    options = dict(k_scale=k_scale, v_scale=v_scale, logit_cap=logit_cap, sinks=sinks,
+                   sliding_window=sliding_window)
+    if not return_lse:
+        return torch.ops.verify.tree_attn(q, k_cache, v_cache, req_to_token, req_pool_indices,
+                                          seq_lens, tree_mask, sm_scale, **options)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+    torch.ops.verify.tree_attn_out(q, k_cache, v_cache, req_to_token, req_pool_indices,
+                                   seq_lens, tree_mask, sm_scale, out, lse=lse, **options)
+    return out, lse
 
 
 def tree_attn_out(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
                   seq_lens: torch.Tensor, tree_mask: torch.Tensor, sm_scale: float,
-                  out: torch.Tensor) -> None:
+                  out: torch.Tensor, *, k_scale: Optional[torch.Tensor] = None,
+                  v_scale: Optional[torch.Tensor] = None, logit_cap: float = 0.0,
+                  sinks: Optional[torch.Tensor] = None, sliding_window: int = -1,
+                  lse: Optional[torch.Tensor] = None) -> None:
     """:func:`tree_attn` writing into a preallocated ``out`` of q's shape and dtype.
 
-    ``out``'s last dim must be contiguous. Nothing is allocated beyond split-KV
-    workspace from PyTorch's caching allocator, so the call is safe to capture
-    in a CUDA graph.
-    """
+    ``out``'s last dim must be contiguous. ``lse``, if given, is a float32
+    ``[bs*D, Hq]`` tensor that receives each row's natural-log log-sum-exp.
+    Nothing is allocated beyond split-KV workspace from PyTorch's caching
+    allocator, so the call is safe to capture in a CUDA graph.
+{options}"""
     torch.ops.verify.tree_attn_out(q, k_cache, v_cache, req_to_token, req_pool_indices,
-                                   seq_lens, tree_mask, sm_scale, out)
+                                   seq_lens, tree_mask, sm_scale, out, k_scale=k_scale,
+                                   v_scale=v_scale, logit_cap=logit_cap, sinks=sinks,
+                                   sliding_window=sliding_window, lse=lse)
+
+
+tree_attn.__doc__ = tree_attn.__doc__.format(options=_OPTIONS_DOC)
+tree_attn_out.__doc__ = tree_attn_out.__doc__.format(options=_OPTIONS_DOC)
 
 
 def has_cuda_kernel() -> bool:

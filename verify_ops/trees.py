@@ -27,6 +27,18 @@ def parents_to_mask(parents: Sequence[int], device: torch.device | str | None = 
     return mask.to(device) if device is not None else mask
 
 
+def mask_depths(tree_mask: torch.Tensor) -> torch.Tensor:
+    """``[..., D]`` int64 depth of each draft in a ``[..., D, D]`` tree mask.
+
+    A draft's depth is the number of other drafts its mask row shows (its
+    ancestors): the root has depth 0 and siblings share one. Draft j of a
+    request with L committed tokens sits at position L + depth(j), not L + j.
+    """
+    num_drafts = tree_mask.shape[-1]
+    eye = torch.eye(num_drafts, dtype=torch.bool, device=tree_mask.device)
+    return (tree_mask.to(torch.bool) & ~eye).sum(-1)
+
+
 def eagle_tree(topk: int, depth: int, num_draft_tokens: int,
                generator: torch.Generator | None = None) -> list[int]:
     """Parent list of an EAGLE-style draft tree with random draft scores.

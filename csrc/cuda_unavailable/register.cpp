@@ -2,6 +2,8 @@
 // the dispatcher's generic "no kernel for backend" message.
 #include <torch/library.h>
 
+#include <optional>
+
 namespace {
 
 [[noreturn]] void cuda_not_built(const char* op) {
@@ -11,17 +13,13 @@ namespace {
               "(CUDA_HOME), or set VERIFY_OPS_BUILD_CUDA=1 to require it.");
 }
 
-at::Tensor tree_attn_unavailable(const at::Tensor&, const at::Tensor&,
-                                 const at::Tensor&, const at::Tensor&,
-                                 const at::Tensor&, const at::Tensor&,
-                                 const at::Tensor&, double) {
-  cuda_not_built("verify.tree_attn");
-}
-
-void tree_attn_out_unavailable(const at::Tensor&, const at::Tensor&,
-                               const at::Tensor&, const at::Tensor&,
-                               const at::Tensor&, const at::Tensor&,
-                               const at::Tensor&, double, const at::Tensor&) {
+void tree_attn_out_unavailable(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                               const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                               const at::Tensor&, double, const at::Tensor&,
+                               const std::optional<at::Tensor>&,
+                               const std::optional<at::Tensor>&, double,
+                               const std::optional<at::Tensor>&, int64_t,
+                               const std::optional<at::Tensor>&) {
   cuda_not_built("verify.tree_attn");
 }
 
@@ -33,7 +31,6 @@ void relocate_kv_unavailable(at::TensorList, at::TensorList, const at::Tensor&,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(verify, CUDA, m) {
-  m.impl("tree_attn", &tree_attn_unavailable);
   m.impl("tree_attn_out", &tree_attn_out_unavailable);
   m.impl("relocate_kv", &relocate_kv_unavailable);
 }

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "fast_divmod.h"
+#include "common/fast_divmod.h"
 
 namespace verify_ops {
 

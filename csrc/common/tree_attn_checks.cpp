@@ -1,10 +1,10 @@
 // Argument checks shared by every backend of verify.tree_attn. The Python fake
 // kernels (verify_ops/ops.py) mirror these messages; tests compare the two.
-#include <cstdlib>
-#include <cstring>
+#include <cmath>
+#include <string>
 
-#include "check_message.h"
-#include "tree_attn.h"
+#include "common/check_message.h"
+#include "common/tree_attn_args.h"
 
 namespace verify_ops {
 namespace {
@@ -35,7 +35,55 @@ void check_last_dim_contiguous(const char* op, const at::Tensor& t,
               t.stride(-1));
 }
 
+// A scale is a one-element fp32 tensor on q's device: a tensor, so that a
+// captured graph reads the value current at each replay.
+void check_scale(const char* op, const std::optional<at::Tensor>& scale, const char* name,
+                 const at::Tensor& q) {
+  if (!scale.has_value() || !scale->defined()) return;
+  VERIFY_CHECK(scale->numel() == 1 && scale->scalar_type() == at::kFloat &&
+                  scale->device() == q.device(),
+              op, ": ", name, " must be a one-element float32 tensor on q's device (",
+              q.device(), "), got ", scale->numel(), " elements of ", scale->scalar_type(),
+              " on ", scale->device());
+}
+
+void check_options(const char* op, const TreeAttnOptions& options, const at::Tensor& q,
+                   const TreeAttnShape& s) {
+  check_scale(op, options.k_scale, "k_scale", q);
+  check_scale(op, options.v_scale, "v_scale", q);
+  VERIFY_CHECK(options.logit_cap >= 0 && std::isfinite(options.logit_cap), op,
+              ": logit_cap must be >= 0 (0 = off) and finite, got ",
+              std::to_string(options.logit_cap));
+  VERIFY_CHECK(options.sliding_window >= -1, op,
+              ": sliding_window must be -1 (off) or >= 0, got ", options.sliding_window);
+  if (options.has_sinks()) {
+    const at::Tensor& sinks = *options.sinks;
+    VERIFY_CHECK(sinks.scalar_type() == at::kFloat, op,
+                ": sinks must have dtype float32, got ", sinks.scalar_type());
+    check_device(op, sinks, "sinks", q);
+    VERIFY_CHECK(sinks.dim() == 1 && sinks.size(0) == s.num_q_heads, op,
+                ": sinks must have shape [Hq] = [", s.num_q_heads, "], got ", sinks.sizes());
+  }
+  if (options.has_lse()) {
+    const at::Tensor& lse = *options.lse;
+    VERIFY_CHECK(lse.scalar_type() == at::kFloat, op, ": lse must have dtype float32, got ",
+                lse.scalar_type());
+    check_device(op, lse, "lse", q);
+    VERIFY_CHECK(lse.dim() == 2 && lse.size(0) == q.size(0) && lse.size(1) == s.num_q_heads,
+                op, ": lse must have shape [bs*D, Hq] = [", q.size(0), ", ", s.num_q_heads,
+                "], got ", lse.sizes());
+    for (int64_t d = 0; d < lse.dim(); ++d)
+      VERIFY_CHECK(lse.stride(d) != 0 || lse.size(d) <= 1, op,
+                  ": lse must not overlap itself (stride 0 on a dim of size > 1), got strides ",
+                  lse.strides(), " for shape ", lse.sizes());
+  }
+}
+
 }  // namespace
+
+bool is_fp8_kv(at::ScalarType dtype) {
+  return dtype == at::kFloat8_e4m3fn || dtype == at::kFloat8_e5m2;
+}
 
 TreeAttnShape check_tree_attn_args(const char* op, const at::Tensor& q,
                                    const at::Tensor& k_cache,
@@ -44,7 +92,8 @@ TreeAttnShape check_tree_attn_args(const char* op, const at::Tensor& q,
                                    const at::Tensor& req_pool_indices,
                                    const at::Tensor& seq_lens,
                                    const at::Tensor& tree_mask,
-                                   const at::Tensor& out) {
+                                   const at::Tensor& out,
+                                   const TreeAttnOptions& options) {
   check_rank(op, q, "q", 3, "[bs*D, Hq, head_dim]");
   check_rank(op, k_cache, "k_cache", 3, "[pool, Hkv, head_dim]");
   check_rank(op, v_cache, "v_cache", 3, "[pool, Hkv, head_dim]");
@@ -60,11 +109,11 @@ TreeAttnShape check_tree_attn_args(const char* op, const at::Tensor& q,
               op, ": q must have dtype bfloat16 or float16",
               on_cpu ? " (float32 is also accepted on CPU)" : "", ", got ",
               dtype, " on ", q.device());
-  VERIFY_CHECK(k_cache.scalar_type() == dtype, op,
-              ": k_cache must have the dtype of q (", dtype, "), got ",
-              k_cache.scalar_type());
-  VERIFY_CHECK(v_cache.scalar_type() == dtype, op,
-              ": v_cache must have the dtype of q (", dtype, "), got ",
+  VERIFY_CHECK(k_cache.scalar_type() == dtype || is_fp8_kv(k_cache.scalar_type()), op,
+              ": k_cache must have the dtype of q (", dtype,
+              ") or be float8_e4m3fn or float8_e5m2, got ", k_cache.scalar_type());
+  VERIFY_CHECK(v_cache.scalar_type() == k_cache.scalar_type(), op,
+              ": v_cache must have the dtype of k_cache (", k_cache.scalar_type(), "), got ",
               v_cache.scalar_type());
   check_index_dtype(op, req_to_token, "req_to_token");
   check_index_dtype(op, req_pool_indices, "req_pool_indices");
@@ -141,14 +190,10 @@ TreeAttnShape check_tree_attn_args(const char* op, const at::Tensor& q,
                   out.strides(), " for shape ", out.sizes());
   }
 
+  check_options(op, options, q, s);
   s.num_req_rows = req_to_token.size(0);
   s.max_context = req_to_token.size(1);
   return s;
-}
-
-bool debug_checks_enabled() {
-  const char* v = std::getenv("VERIFY_OPS_DEBUG");
-  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 void check_tree_attn_values(const char* op, const TreeAttnShape& shape,

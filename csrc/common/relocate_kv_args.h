@@ -29,7 +29,4 @@ void check_relocate_kv_values(const RelocateShape& shape, const at::Tensor& src_
 int64_t slot_stride_bytes(const at::Tensor& cache);
 int64_t row_bytes(const at::Tensor& cache);
 
-void relocate_kv_cpu(at::TensorList k_caches, at::TensorList v_caches,
-                     const at::Tensor& src_slots, const at::Tensor& dst_slots);
-
 }  // namespace verify_ops

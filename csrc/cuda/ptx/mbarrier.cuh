@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "wgmma.cuh"
+#include "cuda/ptx/wgmma.cuh"
 
 namespace verify_ops {
 

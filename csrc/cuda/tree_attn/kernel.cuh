@@ -16,11 +16,11 @@
 
 #include <cstdint>
 
-#include "cluster.cuh"
-#include "cta_stamps.cuh"
-#include "tree_attn_params.h"
-#include "mbarrier.cuh"
-#include "wgmma.cuh"
+#include "cuda/cta_stamps.cuh"
+#include "cuda/ptx/cluster.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/wgmma.cuh"
+#include "cuda/tree_attn/params.h"
 
 namespace verify_ops {
 

@@ -1,7 +1,7 @@
 // Argument checks of verify.relocate_kv, shared by its CPU and CUDA kernels.
 // The Python fake kernel (verify_ops/relocate.py) mirrors these messages.
-#include "check_message.h"
-#include "relocate_kv.h"
+#include "common/check_message.h"
+#include "common/relocate_kv_args.h"
 
 namespace verify_ops {
 namespace {

@@ -12,9 +12,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "check_message.h"
-#include "relocate_kv.h"
-#include "tree_attn.h"
+#include "common/check_message.h"
+#include "common/relocate_kv_args.h"
+#include "common/debug_checks.h"
+#include "ops.h"
 
 namespace verify_ops {
 namespace {

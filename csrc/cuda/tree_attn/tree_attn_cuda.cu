@@ -10,9 +10,11 @@
 #include <mutex>
 #include <vector>
 
-#include "check_message.h"
-#include "tree_attn.h"
-#include "tree_attn_kernel.cuh"
+#include "common/check_message.h"
+#include "common/debug_checks.h"
+#include "common/tree_attn_args.h"
+#include "cuda/tree_attn/kernel.cuh"
+#include "ops.h"
 
 namespace verify_ops {
 namespace {
@@ -295,9 +297,16 @@ void dispatch_head_dim(TreeAttnParams& params, int64_t head_dim, const at::Tenso
 TreeAttnShape check_cuda_args(const at::Tensor& q, const at::Tensor& k_cache,
                               const at::Tensor& v_cache, const at::Tensor& req_to_token,
                               const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
-                              const at::Tensor& tree_mask, const at::Tensor& out) {
+                              const at::Tensor& tree_mask, const at::Tensor& out,
+                              const TreeAttnOptions& options) {
   const TreeAttnShape s = check_tree_attn_args(kOp, q, k_cache, v_cache, req_to_token,
-                                               req_pool_indices, seq_lens, tree_mask, out);
+                                               req_pool_indices, seq_lens, tree_mask, out,
+                                               options);
+  VERIFY_CHECK(!is_fp8_kv(k_cache.scalar_type()) && !options.k_scale && !options.v_scale &&
+                  !options.capped() && !options.has_sinks() && !options.windowed() &&
+                  !options.has_lse(),
+              kOp, ": the CUDA kernel does not take fp8 KV, scales, logit_cap, sinks, "
+              "sliding_window or lse yet");
   VERIFY_CHECK(q.is_cuda(), kOp, ": the CUDA kernel got q on ", q.device());
   VERIFY_CHECK(s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256, kOp,
               ": head_dim must be 64, 128 or 256 on CUDA, got ", s.head_dim);
@@ -403,28 +412,17 @@ void run_tree_attn_cuda(const TreeAttnShape& s, const at::Tensor& q_arg,
 void tree_attn_out_cuda(const at::Tensor& q, const at::Tensor& k_cache,
                         const at::Tensor& v_cache, const at::Tensor& req_to_token,
                         const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
-                        const at::Tensor& tree_mask, double sm_scale, const at::Tensor& out) {
+                        const at::Tensor& tree_mask, double sm_scale, const at::Tensor& out,
+                        const std::optional<at::Tensor>& k_scale,
+                        const std::optional<at::Tensor>& v_scale, double logit_cap,
+                        const std::optional<at::Tensor>& sinks, int64_t sliding_window,
+                        const std::optional<at::Tensor>& lse) {
+  const TreeAttnOptions options{k_scale, v_scale, logit_cap, sinks, sliding_window, lse};
   const TreeAttnShape s = check_cuda_args(q, k_cache, v_cache, req_to_token, req_pool_indices,
-                                          seq_lens, tree_mask, out);
+                                          seq_lens, tree_mask, out, options);
   run_tree_attn_cuda(s, q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
                      tree_mask, sm_scale, out);
 }
-
-namespace {
-
-at::Tensor tree_attn_cuda(const at::Tensor& q, const at::Tensor& k_cache,
-                          const at::Tensor& v_cache, const at::Tensor& req_to_token,
-                          const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
-                          const at::Tensor& tree_mask, double sm_scale) {
-  const TreeAttnShape s = check_cuda_args(q, k_cache, v_cache, req_to_token, req_pool_indices,
-                                          seq_lens, tree_mask, at::Tensor());
-  at::Tensor out = at::empty(q.sizes(), q.options());
-  run_tree_attn_cuda(s, q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
-                     tree_mask, sm_scale, out);
-  return out;
-}
-
-}  // namespace
 
 #if VERIFY_OPS_CTA_STAMPS
 // Only in builds with VERIFY_OPS_CTA_STAMPS=1 (setup.py), for bench/cta_stamps.py:
@@ -461,9 +459,6 @@ TORCH_LIBRARY(verify_stamps, m) {
 }
 #endif
 
-TORCH_LIBRARY_IMPL(verify, CUDA, m) {
-  m.impl("tree_attn", &tree_attn_cuda);
-  m.impl("tree_attn_out", &tree_attn_out_cuda);
-}
+TORCH_LIBRARY_IMPL(verify, CUDA, m) { m.impl("tree_attn_out", &tree_attn_out_cuda); }
 
 }  // namespace verify_ops
