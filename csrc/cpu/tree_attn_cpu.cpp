@@ -1,9 +1,27 @@
-// CPU kernel for verify.tree_attn_out: one task per (request, KV head), online
-// softmax over KV tiles, fp32 accumulation. Each KV row is read once for all
-// D * (Hq / Hkv) query rows of its head, like the CUDA kernel. fp8 pools are
-// read through their scales; soft-cap, sinks, the sliding window and the LSE
-// output follow verify_ops.tree_attn_ref.
+// CPU kernel for verify.tree_attn_out.
+//
+// Work items are (request, KV head, KV split). An item walks its part of the
+// request's KV range in tiles of kTileTokens tokens: each tile is gathered
+// from the pool once for all D * (Hq / Hkv) query rows of the head and
+// converted to fp32 (kv_tile.cpp); the scores S = Q.K^T and the update
+// O += P.V are small matrix products through at::native::cpublas::brgemm
+// (oneDNN's JIT kernel for the CPU at hand, else the BLAS gemm), and the
+// online softmax between them runs in vectorized loops (online_softmax.cpp).
+//
+// Splits: when the (request, KV head) pairs are fewer than the threads
+// (at::get_num_threads()), each request's KV range is cut into
+// ceil(threads / pairs) parts of whole tiles, and the parts are merged by
+// their log-sum-exp in a fixed order. The result therefore depends on the
+// thread count, but never on where a request's slots lie: tiles and splits
+// follow logical positions, and slots only say where to read.
+//
+// Options follow verify_ops.tree_attn_ref: fp8 pools are read through their
+// scales, the soft-cap applies to the scaled scores, sinks enter the
+// denominator only, the sliding window counts drafts by tree depth and tiles
+// before seq_len - W are never read, and lse is the natural-log LSE.
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/native/CPUBlas.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -13,12 +31,18 @@
 
 #include "common/check_message.h"
 #include "common/tree_attn_args.h"
+#include "cpu/kv_tile.h"
+#include "cpu/online_softmax.h"
 #include "ops.h"
 
 namespace verify_ops {
 namespace {
 
-constexpr int64_t kTileTokens = 32;
+// Keys per tile: brgemm's N for Q.K^T and K for P.V. Partial tiles are padded
+// with zero keys (masked), so every call has one of two shapes per op call.
+constexpr int64_t kTileTokens = 256;
+static_assert(kTileTokens % cpu::kScoreLanes == 0 && kTileTokens % cpu::kGatherTokens == 0);
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Reads int32 or int64 index tensors of rank 1 or 2 through their strides.
 struct IndexReader {
@@ -40,19 +64,6 @@ struct IndexReader {
   }
 };
 
-// Eight independent partial sums let the compiler vectorize the reduction
-// without reassociating floating-point adds.
-float dot(const float* a, const float* b, int64_t n) {
-  float lanes[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  int64_t c = 0;
-  for (; c + 8 <= n; c += 8)
-    for (int j = 0; j < 8; ++j) lanes[j] += a[c + j] * b[c + j];
-  float sum = 0.f;
-  for (; c < n; ++c) sum += a[c] * b[c];
-  for (int j = 0; j < 8; ++j) sum += lanes[j];
-  return sum;
-}
-
 // The options as the kernel uses them: scales as numbers, sinks and lse as
 // pointers (null when absent).
 struct CpuOptions {
@@ -65,118 +76,223 @@ struct CpuOptions {
   int64_t lse_stride_token, lse_stride_head;
 };
 
-template <typename scalar_t, typename kv_t>
-void tree_attn_cpu_kernel(const TreeAttnShape& s, const at::Tensor& q,
-                          const at::Tensor& k_cache, const at::Tensor& v_cache,
-                          const at::Tensor& req_to_token,
-                          const at::Tensor& req_pool_indices,
-                          const at::Tensor& seq_lens,
-                          const at::Tensor& tree_mask, const CpuOptions& opt,
-                          const at::Tensor& out) {
-  const int64_t D = s.num_drafts, d = s.head_dim;
-  const int64_t group = s.num_q_heads / s.num_kv_heads;
-  const int64_t rows = D * group;  // query rows sharing one KV head
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// One request's KV range: positions [first, total) in tiles from `first`.
+struct RequestRange {
+  int64_t req_row;  // row of req_to_token
+  int64_t prefix;   // L = seq_lens[b]
+  int64_t first;    // max(0, L - W) with a window, else 0: nothing before is visible
+  int64_t total;    // L + D
+  int64_t tiles;
+};
 
-  const scalar_t* q_ptr = q.data_ptr<scalar_t>();
-  const kv_t* k_ptr = static_cast<const kv_t*>(k_cache.data_ptr());
-  const kv_t* v_ptr = static_cast<const kv_t*>(v_cache.data_ptr());
-  scalar_t* out_ptr = out.data_ptr<scalar_t>();
-  const bool* mask_ptr = tree_mask.data_ptr<bool>();
-  const IndexReader r2t(req_to_token), rpi(req_pool_indices), lens(seq_lens);
+// Softmax state of one item's query rows: acc [rows, d] not yet divided by
+// sum; max and sum per row.
+struct RowState {
+  float* acc;
+  float* max;
+  float* sum;
+};
 
-  at::parallel_for(0, s.batch * s.num_kv_heads, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<float> qf(rows * d), acc(rows * d), kf(kTileTokens * d),
-        vf(kTileTokens * d), scores(rows * kTileTokens), row_max(rows),
-        row_sum(rows);
-    std::vector<int64_t> depth(D);
-    for (int64_t task = lo; task < hi; ++task) {
-      const int64_t b = task / s.num_kv_heads, kvh = task % s.num_kv_heads;
-      const int64_t req_row = rpi(b), prefix = lens(b);
-      const int64_t total = prefix + D;
-      const bool* mask_b = mask_ptr + b * tree_mask.stride(0);
-      auto mask_at = [&](int64_t i, int64_t j) {
-        return mask_b[i * tree_mask.stride(1) + j * tree_mask.stride(2)];
-      };
-      // Draft j sits at position prefix + depth(j): depth counts its ancestors.
-      for (int64_t j = 0; j < D; ++j) {
-        depth[j] = 0;
-        for (int64_t k = 0; k < D; ++k) depth[j] += k != j && mask_at(j, k);
-      }
-      // Tiles wholly before the root's window hold no visible key.
-      const int64_t first =
-          opt.window >= 0 ? std::max<int64_t>(0, prefix - opt.window) : 0;
+// Per-thread buffers for one (request, KV head) at a time.
+struct Scratch {
+  std::vector<float> q, kt, v, stage, scores, acc, max, sum;
+  std::vector<int64_t> slots, depth, window_lo;
 
-      // Row r is draft r / group of query head kvh * group + r % group.
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t tok = b * D + r / group, head = kvh * group + r % group;
-        const scalar_t* src = q_ptr + tok * q.stride(0) + head * q.stride(1);
-        for (int64_t c = 0; c < d; ++c)
-          qf[r * d + c] = static_cast<float>(src[c]) * opt.score_scale;
-      }
-      std::fill(acc.begin(), acc.end(), 0.f);
-      std::fill(row_max.begin(), row_max.end(), kNegInf);
-      std::fill(row_sum.begin(), row_sum.end(), 0.f);
+  Scratch(int64_t rows, int64_t d, int64_t drafts)
+      : q(rows * d), kt(d * kTileTokens), v(kTileTokens * d),
+        stage(cpu::kGatherTokens * d), scores(rows * kTileTokens), acc(rows * d),
+        max(rows), sum(rows), slots(kTileTokens + cpu::kGatherTokens), depth(drafts),
+        window_lo(drafts) {}
 
-      for (int64_t start = first; start < total; start += kTileTokens) {
-        const int64_t n = std::min(kTileTokens, total - start);
-        for (int64_t t = 0; t < n; ++t) {
-          const int64_t slot = r2t(req_row, start + t);
-          const kv_t* ks = k_ptr + slot * k_cache.stride(0) + kvh * k_cache.stride(1);
-          const kv_t* vs = v_ptr + slot * v_cache.stride(0) + kvh * v_cache.stride(1);
-          for (int64_t c = 0; c < d; ++c) {
-            kf[t * d + c] = static_cast<float>(ks[c]);
-            vf[t * d + c] = static_cast<float>(vs[c]);
-          }
-        }
+  RowState state() { return {acc.data(), max.data(), sum.data()}; }
+};
+
+template <typename q_t, typename kv_t>
+struct TreeAttnCpu {
+  const TreeAttnShape& s;
+  const CpuOptions& opt;
+  const at::Tensor& q;
+  const at::Tensor& k_cache;
+  const at::Tensor& v_cache;
+  const at::Tensor& tree_mask;
+  const at::Tensor& out;
+  IndexReader r2t;
+  int64_t group, rows;
+
+  bool mask_at(int64_t b, int64_t i, int64_t j) const {
+    return tree_mask.data_ptr<bool>()[b * tree_mask.stride(0) + i * tree_mask.stride(1) +
+                                      j * tree_mask.stride(2)];
+  }
+
+  // Query row r of KV head kvh is draft r / group of q head kvh * group + r % group.
+  int64_t token_of(int64_t b, int64_t r) const { return b * s.num_drafts + r / group; }
+  int64_t head_of(int64_t kvh, int64_t r) const { return kvh * group + r % group; }
+
+  // Attends the rows of (request b, KV head kvh) to tiles [tile_begin,
+  // tile_end) of its range, from a zero state into `state`.
+  void attend(int64_t b, int64_t kvh, const RequestRange& req, int64_t tile_begin,
+              int64_t tile_end, Scratch& sc, RowState state) const {
+    const int64_t D = s.num_drafts, d = s.head_dim, L = req.prefix;
+    // Draft j sits at position L + depth(j): depth counts its ancestors. A
+    // draft at P sees positions >= P - W.
+    int64_t highest_lo = std::numeric_limits<int64_t>::min();
+    for (int64_t j = 0; j < D; ++j) {
+      sc.depth[j] = 0;
+      for (int64_t k = 0; k < D; ++k) sc.depth[j] += k != j && mask_at(b, j, k);
+      sc.window_lo[j] = opt.window >= 0 ? L + sc.depth[j] - opt.window
+                                        : std::numeric_limits<int64_t>::min();
+      highest_lo = std::max(highest_lo, sc.window_lo[j]);
+    }
+    const q_t* q_ptr = q.data_ptr<q_t>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const q_t* src = q_ptr + token_of(b, r) * q.stride(0) + head_of(kvh, r) * q.stride(1);
+      for (int64_t c = 0; c < d; ++c) sc.q[r * d + c] = static_cast<float>(src[c]) * opt.score_scale;
+    }
+    std::fill(state.acc, state.acc + rows * d, 0.f);
+    std::fill(state.max, state.max + rows, kNegInf);
+    std::fill(state.sum, state.sum + rows, 0.f);
+
+    const kv_t* k_head = static_cast<const kv_t*>(k_cache.data_ptr()) + kvh * k_cache.stride(1);
+    const kv_t* v_head = static_cast<const kv_t*>(v_cache.data_ptr()) + kvh * v_cache.stride(1);
+    float* scores = sc.scores.data();
+    // The pool slots of tile `tile` and of the kGatherTokens after it: -1 past the drafts.
+    auto tile_slots = [&](int64_t tile) {
+      const int64_t start = req.first + tile * kTileTokens;
+      for (int64_t t = 0; t < kTileTokens + cpu::kGatherTokens; ++t)
+        sc.slots[t] = start + t < req.total ? r2t(req.req_row, start + t) : -1;
+    };
+    for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+      const int64_t start = req.first + tile * kTileTokens;
+      tile_slots(tile);
+      cpu::gather_kv_tile(k_head, k_cache.stride(0), v_head, v_cache.stride(0), sc.slots.data(),
+                          kTileTokens, d, sc.kt.data(), sc.v.data(), sc.stage.data());
+      at::native::cpublas::brgemm(rows, kTileTokens, d, d, kTileTokens, kTileTokens,
+                                  /*add_C=*/false, sc.q.data(), sc.kt.data(), scores);
+      if (opt.logit_cap > 0) cpu::soft_cap(scores, rows * kTileTokens, opt.logit_cap);
+      // Only tiles with drafts, padding or a window edge need a per-key mask.
+      if (start + kTileTokens > L || start < highest_lo) {
         for (int64_t r = 0; r < rows; ++r) {
-          const int64_t draft = r / group;
-          const int64_t window_start = prefix + depth[draft] - opt.window;
-          float tile_max = kNegInf;
-          for (int64_t t = 0; t < n; ++t) {
-            const int64_t pos = start + t;
-            const bool is_prefix = pos < prefix;
-            const int64_t logical = is_prefix ? pos : prefix + depth[pos - prefix];
-            bool visible = is_prefix || mask_at(draft, pos - prefix);
-            if (opt.window >= 0) visible = visible && logical >= window_start;
-            float sc = kNegInf;
-            if (visible) {
-              sc = dot(qf.data() + r * d, kf.data() + t * d, d);
-              if (opt.logit_cap > 0) sc = opt.logit_cap * std::tanh(sc / opt.logit_cap);
-            }
-            scores[r * kTileTokens + t] = sc;
-            tile_max = std::max(tile_max, sc);
-          }
-          if (tile_max == kNegInf) continue;
-          const float new_max = std::max(row_max[r], tile_max);
-          const float rescale = std::exp(row_max[r] - new_max);
-          row_max[r] = new_max;
-          row_sum[r] *= rescale;
-          float* a = acc.data() + r * d;
-          for (int64_t c = 0; c < d; ++c) a[c] *= rescale;
-          for (int64_t t = 0; t < n; ++t) {
-            const float p = std::exp(scores[r * kTileTokens + t] - new_max);
-            row_sum[r] += p;
-            for (int64_t c = 0; c < d; ++c) a[c] += p * vf[t * d + c];
+          const int64_t i = r / group, lo = sc.window_lo[i];
+          float* row = scores + r * kTileTokens;
+          for (int64_t t = 0; t < kTileTokens; ++t) {
+            const int64_t pos = start + t, j = pos - L;
+            const bool visible = pos < L ? pos >= lo
+                                         : pos < req.total && mask_at(b, i, j) &&
+                                               L + sc.depth[j] >= lo;
+            if (!visible) row[t] = kNegInf;
           }
         }
       }
+      cpu::online_softmax_tile(scores, rows, kTileTokens, state.max, state.sum, state.acc, d);
+      at::native::cpublas::brgemm(rows, d, kTileTokens, kTileTokens, d, d, /*add_C=*/true,
+                                  scores, sc.v.data(), state.acc);
+    }
+  }
 
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t tok = b * D + r / group, head = kvh * group + r % group;
-        scalar_t* dst = out_ptr + tok * out.stride(0) + head * out.stride(1);
-        // A sink adds exp(sink) to the denominator only. A row that sees no
-        // key (empty prefix, empty mask row) outputs zeros.
-        const float sink = opt.sinks ? opt.sinks[head] : kNegInf;
-        const bool seen = row_max[r] != kNegInf;
-        const float denom = seen ? row_sum[r] + std::exp(sink - row_max[r]) : 0.f;
-        const float inv = seen ? opt.value_scale / denom : 0.f;
-        for (int64_t c = 0; c < d; ++c)
-          dst[c] = static_cast<scalar_t>(acc[r * d + c] * inv);
-        if (opt.lse)
-          opt.lse[tok * opt.lse_stride_token + head * opt.lse_stride_head] =
-              seen ? row_max[r] + std::log(denom) : sink;
+  // Writes out (and lse) for the rows of (b, kvh) from their final state.
+  void finish(int64_t b, int64_t kvh, const RowState& state) const {
+    const int64_t d = s.head_dim;
+    q_t* out_ptr = out.data_ptr<q_t>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t tok = token_of(b, r), head = head_of(kvh, r);
+      q_t* dst = out_ptr + tok * out.stride(0) + head * out.stride(1);
+      // A sink adds exp(sink) to the denominator only. A row that sees no
+      // key (empty prefix, empty mask row) outputs zeros.
+      const float sink = opt.sinks ? opt.sinks[head] : kNegInf;
+      const bool seen = state.max[r] != kNegInf;
+      const float denom = seen ? state.sum[r] + std::exp(sink - state.max[r]) : 0.f;
+      const float inv = seen ? opt.value_scale / denom : 0.f;
+      for (int64_t c = 0; c < d; ++c) dst[c] = static_cast<q_t>(state.acc[r * d + c] * inv);
+      if (opt.lse)
+        opt.lse[tok * opt.lse_stride_token + head * opt.lse_stride_head] =
+            seen ? state.max[r] + std::log(denom) : sink;
+    }
+  }
+};
+
+// Merges `count` partial states over disjoint key ranges, in order, into `into`.
+void merge_states(const RowState* parts, int64_t count, int64_t rows, int64_t d,
+                  RowState into) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float max = kNegInf;
+    for (int64_t p = 0; p < count; ++p) max = std::max(max, parts[p].max[r]);
+    float sum = 0.f;
+    float* acc = into.acc + r * d;
+    std::fill(acc, acc + d, 0.f);
+    if (max != kNegInf) {
+      for (int64_t p = 0; p < count; ++p) {
+        const float weight = std::exp(parts[p].max[r] - max);  // 0 for a part that saw nothing
+        sum += weight * parts[p].sum[r];
+        const float* part = parts[p].acc + r * d;
+        for (int64_t c = 0; c < d; ++c) acc[c] += weight * part[c];
       }
+    }
+    into.max[r] = max;
+    into.sum[r] = sum;
+  }
+}
+
+template <typename q_t, typename kv_t>
+void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor& k_cache,
+                   const at::Tensor& v_cache, const at::Tensor& req_to_token,
+                   const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                   const at::Tensor& tree_mask, const CpuOptions& opt, const at::Tensor& out) {
+  const int64_t group = s.num_q_heads / s.num_kv_heads;
+  const int64_t rows = s.num_drafts * group, d = s.head_dim;
+  const TreeAttnCpu<q_t, kv_t> kernel{s, opt, q, k_cache, v_cache, tree_mask, out,
+                                      IndexReader(req_to_token), group, rows};
+  const IndexReader rpi(req_pool_indices), lens(seq_lens);
+
+  std::vector<RequestRange> requests(s.batch);
+  for (int64_t b = 0; b < s.batch; ++b) {
+    RequestRange& req = requests[b];
+    req.req_row = rpi(b);
+    req.prefix = lens(b);
+    req.first = opt.window >= 0 ? std::max<int64_t>(0, req.prefix - opt.window) : 0;
+    req.total = req.prefix + s.num_drafts;
+    req.tiles = (req.total - req.first + kTileTokens - 1) / kTileTokens;
+  }
+  const int64_t pairs = s.batch * s.num_kv_heads;
+  const int64_t threads = at::get_num_threads();
+  const int64_t splits = pairs >= threads ? 1 : (threads + pairs - 1) / pairs;
+
+  if (splits == 1) {
+    at::parallel_for(0, pairs, 1, [&](int64_t lo, int64_t hi) {
+      Scratch sc(rows, d, s.num_drafts);
+      for (int64_t pair = lo; pair < hi; ++pair) {
+        const int64_t b = pair / s.num_kv_heads, kvh = pair % s.num_kv_heads;
+        kernel.attend(b, kvh, requests[b], 0, requests[b].tiles, sc, sc.state());
+        kernel.finish(b, kvh, sc.state());
+      }
+    });
+    return;
+  }
+
+  // Item (pair, part) covers tiles [tiles * part / splits, tiles * (part + 1) / splits)
+  // of its request; a part may be empty. Its state goes to `partial`.
+  const int64_t state_floats = rows * d + 2 * rows;
+  std::vector<float> partial(pairs * splits * state_floats);
+  auto partial_state = [&](int64_t item) {
+    float* base = partial.data() + item * state_floats;
+    return RowState{base, base + rows * d, base + rows * d + rows};
+  };
+  at::parallel_for(0, pairs * splits, 1, [&](int64_t lo, int64_t hi) {
+    Scratch sc(rows, d, s.num_drafts);
+    for (int64_t item = lo; item < hi; ++item) {
+      const int64_t pair = item / splits, part = item % splits;
+      const int64_t b = pair / s.num_kv_heads, kvh = pair % s.num_kv_heads;
+      const RequestRange& req = requests[b];
+      kernel.attend(b, kvh, req, req.tiles * part / splits, req.tiles * (part + 1) / splits, sc,
+                    partial_state(item));
+    }
+  });
+  at::parallel_for(0, pairs, 1, [&](int64_t lo, int64_t hi) {
+    Scratch sc(rows, d, s.num_drafts);
+    std::vector<RowState> parts(splits);
+    for (int64_t pair = lo; pair < hi; ++pair) {
+      for (int64_t part = 0; part < splits; ++part) parts[part] = partial_state(pair * splits + part);
+      merge_states(parts.data(), splits, rows, d, sc.state());
+      kernel.finish(pair / s.num_kv_heads, pair % s.num_kv_heads, sc.state());
     }
   });
 }
@@ -206,7 +322,7 @@ void tree_attn_out_cpu(const at::Tensor& q, const at::Tensor& k_cache,
   // Always on CPU: there is no device to synchronize with, and a bad slot
   // would read out of bounds.
   check_tree_attn_values(kOp, s, req_to_token, req_pool_indices, seq_lens);
-  if (s.batch == 0 || s.num_drafts == 0) return;
+  if (s.batch == 0 || s.num_drafts == 0 || s.num_q_heads == 0) return;  // nothing to write
   CpuOptions opt{};
   opt.score_scale = static_cast<float>(sm_scale) * scale_value(k_scale);
   opt.value_scale = scale_value(v_scale);
@@ -219,19 +335,23 @@ void tree_attn_out_cpu(const at::Tensor& q, const at::Tensor& k_cache,
     opt.lse_stride_token = lse->stride(0);
     opt.lse_stride_head = lse->stride(1);
   }
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "tree_attn_cpu", [&] {
-    using q_t = scalar_t;
-    auto run = [&](auto kv_zero) {
-      tree_attn_cpu_kernel<q_t, decltype(kv_zero)>(s, q, k_cache, v_cache, req_to_token,
-                                                   req_pool_indices, seq_lens, tree_mask, opt,
-                                                   out);
+  // q is fp32, bf16 or fp16; the pool has q's dtype or an fp8 one.
+  auto run = [&](auto q_zero) {
+    using q_t = decltype(q_zero);
+    auto with_kv = [&](auto kv_zero) {
+      tree_attn_cpu<q_t, decltype(kv_zero)>(s, q, k_cache, v_cache, req_to_token,
+                                            req_pool_indices, seq_lens, tree_mask, opt, out);
     };
     switch (k_cache.scalar_type()) {
-      case at::kFloat8_e4m3fn: return run(c10::Float8_e4m3fn());
-      case at::kFloat8_e5m2: return run(c10::Float8_e5m2());
-      default: return run(q_t());
+      case at::kFloat8_e4m3fn: return with_kv(c10::Float8_e4m3fn());
+      case at::kFloat8_e5m2: return with_kv(c10::Float8_e5m2());
+      default: return with_kv(q_t());
     }
-  });
+  };
+  AT_DISPATCH_SWITCH(q.scalar_type(), "tree_attn_cpu",
+                     AT_DISPATCH_CASE(at::kFloat, [&] { run(scalar_t()); })
+                     AT_DISPATCH_CASE(at::kBFloat16, [&] { run(scalar_t()); })
+                     AT_DISPATCH_CASE(at::kHalf, [&] { run(scalar_t()); }));
 }
 
 TORCH_LIBRARY_IMPL(verify, CPU, m) {

@@ -1,0 +1,28 @@
+// Gathers one tile of KV tokens of one KV head from the token pool into fp32,
+// converting bf16 / fp16 / fp8 once per tile, in the layouts brgemm takes.
+#pragma once
+
+#include <cstdint>
+
+namespace verify_ops::cpu {
+
+// Tokens per gather step; a tile's width is a multiple of it. Each step
+// prefetches the rows of the next step's tokens: scattered slots defeat the
+// hardware prefetcher, and one step ahead keeps enough rows in flight.
+constexpr int64_t kGatherTokens = 16;
+
+// k_head / v_head: the pool at this KV head (slot s's row starts at
+// s * slot_stride). slots[t], t < width + kGatherTokens: the pool slot of the
+// tile's token t (the last kGatherTokens: the tokens after the tile, only
+// prefetched), or -1 for a token the tile must not read (before the window,
+// past the drafts): its K column and V row are zero. Writes kt [head_dim,
+// width] (K transposed: the B operand of Q.K^T) and v [width, head_dim].
+// width: a multiple of kGatherTokens. stage: scratch of kGatherTokens *
+// head_dim floats. kv_t: float, c10::BFloat16, c10::Half, c10::Float8_e4m3fn
+// or c10::Float8_e5m2.
+template <typename kv_t>
+void gather_kv_tile(const kv_t* k_head, int64_t k_slot_stride, const kv_t* v_head,
+                    int64_t v_slot_stride, const int64_t* slots, int64_t width,
+                    int64_t head_dim, float* kt, float* v, float* stage);
+
+}  // namespace verify_ops::cpu

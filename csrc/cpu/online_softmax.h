@@ -1,0 +1,23 @@
+// The element-wise half of a KV tile on CPU: soft-cap and online softmax over
+// a [rows, width] block of scores that brgemm produced, in vectorized loops.
+#pragma once
+
+#include <cstdint>
+
+namespace verify_ops::cpu {
+
+// Score tiles are this many keys wide, or a multiple of it.
+constexpr int64_t kScoreLanes = 16;
+
+// s <- cap * tanh(s / cap) for `count` scores (count a multiple of kScoreLanes).
+void soft_cap(float* scores, int64_t count, float cap);
+
+// One KV tile of the online softmax. scores: [rows, width] row-major, width a
+// multiple of kScoreLanes, keys a row must not see at -inf. Each row's
+// running max and sum absorb the tile, its scores become exp(s - max) (zero
+// for a row that has seen no key yet), and its accumulator row
+// acc[r * head_dim ..] is rescaled to the new max.
+void online_softmax_tile(float* scores, int64_t rows, int64_t width, float* row_max,
+                         float* row_sum, float* acc, int64_t head_dim);
+
+}  // namespace verify_ops::cpu
