@@ -3,7 +3,8 @@
 Checks each context length against the float64 reference, prints a timing
 table and writes latency_vs_context.png. On a GPU each point is timed as a
 CUDA graph over 8 layers with their own KV buffers (see bench/timing.py); on
-a CPU it is the median wall time of a few calls.
+a CPU it is the median wall time of a few calls, beside SDPA on K/V gathered
+beforehand (bench/cpu_bench.py).
 """
 
 from __future__ import annotations
@@ -22,13 +23,12 @@ from verify_ops.reference import relative_error, tree_attn_ref
 NUM_DRAFTS, NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM = 16, 32, 8, 128  # Llama-3-8B, EAGLE tree
 
 
-def cpu_time_us(case, repeats=3) -> float:
-    out = torch.empty_like(case.q)
-    verify_ops.tree_attn_out(*case.args(), out)
+def cpu_time_us(run, repeats=3) -> float:
+    run()
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
-        verify_ops.tree_attn_out(*case.args(), out)
+        run()
         samples.append((time.perf_counter() - start) * 1e6)
     return statistics.median(samples)
 
@@ -60,13 +60,21 @@ def main(argv=None):
         err = relative_error(verify_ops.tree_attn(*case.args()), tree_attn_ref(*case.args()))
         if err >= 1e-2:
             raise SystemExit(f"context {seq_len}: relative error {err:.3g} >= 1e-2")
-        us = gpu_time_us(seq_len) if on_gpu else cpu_time_us(case)
-        rows.append((seq_len, case.kv_bytes, us, err))
+        if on_gpu:
+            us, sdpa_us = gpu_time_us(seq_len), None
+        else:
+            from bench.cpu_bench import gathered_sdpa
 
-    print(f"{'context':>8} {'K+V MB':>8} {'us/layer':>10} {'GB/s':>8} {'rel err':>9}")
-    for seq_len, kv_bytes, us, err in rows:
+            out = torch.empty_like(case.q)
+            us = cpu_time_us(lambda: verify_ops.tree_attn_out(*case.args(), out))
+            sdpa_us = cpu_time_us(gathered_sdpa(case, case.q.dtype, expand_heads=False)[0])
+        rows.append((seq_len, case.kv_bytes, us, err, sdpa_us))
+
+    print(f"{'context':>8} {'K+V MB':>8} {'us/layer':>10} {'GB/s':>8} {'rel err':>9}"
+          + ("" if on_gpu else f" {'SDPA us':>10}"))
+    for seq_len, kv_bytes, us, err, sdpa_us in rows:
         print(f"{seq_len:>8} {kv_bytes / 1e6:>8.1f} {us:>10.1f} {kv_bytes / us / 1e3:>8.1f} "
-              f"{err:>9.2e}")
+              f"{err:>9.2e}" + ("" if on_gpu else f" {sdpa_us:>10.1f}"))
 
     import matplotlib
     matplotlib.use("Agg")
@@ -75,6 +83,9 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     fig, ax = plt.subplots(figsize=(5, 4))
     ax.plot([r[0] for r in rows], [r[2] for r in rows], marker="o", label="verify_ops.tree_attn")
+    if not on_gpu:
+        ax.plot([r[0] for r in rows], [r[4] for r in rows], marker="s",
+                label="SDPA on gathered K/V (gather not timed)")
     ax.set(xscale="log", yscale="log", xlabel="context (tokens)", ylabel="µs per layer",
            title=f"tree verify on {name}")
     ax.legend()

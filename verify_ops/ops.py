@@ -246,7 +246,10 @@ def tree_attn(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     head) pairs, 2^32 pool slots, 2^31 - 1 positions per request and 2^31 - 1
     query rows. Value checks (slots inside the pool, ``seq_lens + D <=
     max_ctx``, request rows in range) always run on CPU; on CUDA they need a
-    device sync and run only with ``VERIFY_OPS_DEBUG=1``.
+    device sync and run only with ``VERIFY_OPS_DEBUG=1``. On CPU the KV range
+    is split across threads when (request, KV head) pairs are fewer than
+    ``torch.get_num_threads()``, so results may differ in the last bits
+    between thread counts; never with where a request's slots lie.
     """
     options = dict(k_scale=k_scale, v_scale=v_scale, logit_cap=logit_cap, sinks=sinks,
                    sliding_window=sliding_window)
