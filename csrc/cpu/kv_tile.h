@@ -16,13 +16,14 @@ constexpr int64_t kGatherTokens = 16;
 // tile's token t (the last kGatherTokens: the tokens after the tile, only
 // prefetched), or -1 for a token the tile must not read (before the window,
 // past the drafts): its K column and V row are zero. Writes kt [head_dim,
-// width] (K transposed: the B operand of Q.K^T) and v [width, head_dim].
-// width: a multiple of kGatherTokens. stage: scratch of kGatherTokens *
+// width] with row stride kt_stride (K transposed: the B operand of Q.K^T) and
+// v [width, head_dim]. width: a multiple of kGatherTokens. stage: scratch of kGatherTokens *
 // head_dim floats. kv_t: float, c10::BFloat16, c10::Half, c10::Float8_e4m3fn
 // or c10::Float8_e5m2.
 template <typename kv_t>
 void gather_kv_tile(const kv_t* k_head, int64_t k_slot_stride, const kv_t* v_head,
                     int64_t v_slot_stride, const int64_t* slots, int64_t width,
-                    int64_t head_dim, float* kt, float* v, float* stage);
+                    int64_t head_dim, float* kt, int64_t kt_stride, float* v,
+                    float* stage);
 
 }  // namespace verify_ops::cpu
