@@ -1,6 +1,7 @@
 """The CPU kernel's own structure: KV tiles of 256 tokens, the KV range split
-across threads when (request, KV head) pairs are fewer than them, and the
-vectorized softmax, against the float64 reference.
+across threads when (request, KV head) pairs are fewer than them, the
+vectorized softmax, and the bf16 tile products (bf16 cases on a CPU with
+AMX) beside the fp32 ones, against the float64 reference.
 
 Thread counts above the machine's cores are fine here: at::get_num_threads()
 decides the splits, whatever the cores."""
@@ -21,6 +22,15 @@ def threads():
     before = torch.get_num_threads()
     yield torch.set_num_threads
     torch.set_num_threads(before)
+
+
+def verify_ops_uses_amx() -> bool:
+    """Whether oneDNN's brgemm has bf16 kernels here (what could_pack(BFloat16) asks)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return torch.backends.mkldnn.is_available() and "amx_bf16" in f.read()
+    except OSError:
+        return False
 
 
 def run(case, **extra):
@@ -77,12 +87,13 @@ def test_options_across_tiles_and_splits(threads, num_threads, window):
     check(case)
 
 
-@pytest.mark.parametrize("head_dim", [8, 40, 256])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("head_dim", [8, 9, 36, 256])
 @pytest.mark.parametrize("group", [1, 16])
-def test_head_dims_and_wide_groups(head_dim, group):
-    """Head dims that are no multiple of the vector width; 24 drafts x 16 q heads
-    = 384 rows per KV head."""
-    case = make_case([TILE + 3, 5], 24, 2 * group, 2, head_dim, dtype=torch.float32,
+def test_head_dims_and_wide_groups(dtype, head_dim, group):
+    """Head dims that are no multiple of the vector width (an odd one takes the
+    fp32 products in bf16 too); 24 drafts x 16 q heads = 384 rows per KV head."""
+    case = make_case([TILE + 3, 5], 24, 2 * group, 2, head_dim, dtype=dtype,
                      seed=head_dim + group)
     check(case)
 
@@ -148,3 +159,17 @@ def test_window_never_reads_before_its_start_with_splits(threads):
     case.k_cache[stale] = float("nan")
     case.v_cache[stale] = float("nan")
     assert torch.equal(verify_ops.tree_attn(*case.args(), sliding_window=TILE + 5), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_without_onednn(monkeypatch, dtype):
+    """With oneDNN off, brgemm has no JIT kernels: bf16 takes the fp32 products,
+    and both go through the BLAS gemm."""
+    case = make_case([2 * TILE + 7, 0], 6, 8, 2, 64, dtype=dtype, sinks=True, seed=17)
+    with_onednn, _ = check(case)
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
+    assert not torch.backends.mkldnn.enabled
+    without, _ = check(case)
+    if dtype == torch.bfloat16 and verify_ops_uses_amx():
+        assert not torch.equal(without, with_onednn)  # two different paths ran
+    assert torch.allclose(without.float(), with_onednn.float(), atol=2 * TOL[dtype], rtol=0.05)

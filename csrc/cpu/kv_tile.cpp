@@ -31,18 +31,17 @@ inline void prefetch_rows(const kv_t* k_head, int64_t k_slot_stride, const kv_t*
   }
 }
 
+// dst[c * dst_stride + j] = src[j][c] for 32-bit words, c < 8, j < 8.
 #if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
-#define VERIFY_OPS_HAS_SHUFFLEVECTOR 1
-// Eight floats in the compiler's generic vectors, lowered to whatever the
-// target has (two SSE registers, one AVX register, NEON pairs).
-typedef float Float8 __attribute__((vector_size(32)));
+// Eight words in the compiler's generic vectors, lowered to whatever the
+// target has (two SSE registers, one AVX register, NEON pairs): three rounds
+// of shuffles instead of 64 scalar copies.
+typedef uint32_t Words8 __attribute__((vector_size(32)));
 
-// dst[c * dst_stride + j] = src[j * src_stride + c] for an 8 x 8 block, in
-// three rounds of shuffles instead of 64 scalar copies.
-__attribute__((always_inline)) inline void transpose_8x8(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
-  Float8 r[8];
-  for (int i = 0; i < 8; ++i) std::memcpy(&r[i], src + i * src_stride, sizeof(Float8));
-  Float8 a[8], b[8];
+__attribute__((always_inline)) inline void transpose_8x8(const void* const src[8], void* dst,
+                                                         int64_t dst_stride) {
+  Words8 r[8], a[8], b[8];
+  for (int i = 0; i < 8; ++i) std::memcpy(&r[i], src[i], sizeof(Words8));
   for (int i = 0; i < 8; i += 2) {  // interleave pairs of rows
     a[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
     a[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
@@ -50,16 +49,43 @@ __attribute__((always_inline)) inline void transpose_8x8(const float* src, int64
   for (int i = 0; i < 8; i += 4)  // then pairs of pairs
     for (int k = 0; k < 2; ++k) {
       b[i + 2 * k] = __builtin_shufflevector(a[i + k], a[i + k + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-      b[i + 2 * k + 1] = __builtin_shufflevector(a[i + k], a[i + k + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+      b[i + 2 * k + 1] =
+          __builtin_shufflevector(a[i + k], a[i + k + 2], 2, 3, 10, 11, 6, 7, 14, 15);
     }
+  char* out = static_cast<char*>(dst);
+  const int64_t row_bytes = dst_stride * 4;
   for (int k = 0; k < 4; ++k) {  // then the two halves
-    const Float8 low = __builtin_shufflevector(b[k], b[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-    const Float8 high = __builtin_shufflevector(b[k], b[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
-    std::memcpy(dst + k * dst_stride, &low, sizeof(Float8));
-    std::memcpy(dst + (k + 4) * dst_stride, &high, sizeof(Float8));
+    const Words8 low = __builtin_shufflevector(b[k], b[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    const Words8 high = __builtin_shufflevector(b[k], b[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    std::memcpy(out + k * row_bytes, &low, sizeof(Words8));
+    std::memcpy(out + (k + 4) * row_bytes, &high, sizeof(Words8));
   }
 }
+#else
+inline void transpose_8x8(const void* const src[8], void* dst, int64_t dst_stride) {
+  for (int c = 0; c < 8; ++c)
+    for (int j = 0; j < 8; ++j)
+      std::memcpy(static_cast<char*>(dst) + (c * dst_stride + j) * 4,
+                  static_cast<const char*>(src[j]) + c * 4, 4);
+}
 #endif
+
+// dst[c * dst_stride + j] = rows[j][c] for 32-bit words, j < kGatherTokens,
+// c < words.
+inline void transpose_rows(const void* const rows[kGatherTokens], int64_t words, void* dst,
+                           int64_t dst_stride) {
+  auto word = [](const void* base, int64_t i) { return static_cast<const char*>(base) + 4 * i; };
+  int64_t c = 0;
+  for (; c + 8 <= words; c += 8)
+    for (int64_t j = 0; j < kGatherTokens; j += 8) {
+      const void* src[8];
+      for (int i = 0; i < 8; ++i) src[i] = word(rows[j + i], c);
+      transpose_8x8(src, static_cast<char*>(dst) + 4 * (c * dst_stride + j), dst_stride);
+    }
+  for (; c < words; ++c)
+    for (int64_t j = 0; j < kGatherTokens; ++j)
+      std::memcpy(static_cast<char*>(dst) + 4 * (c * dst_stride + j), word(rows[j], c), 4);
+}
 
 }  // namespace
 
@@ -72,10 +98,12 @@ VERIFY_OPS_VECTOR_CLONES void gather_kv_tile(const kv_t* k_head, int64_t k_slot_
   for (int64_t t0 = 0; t0 < width; t0 += kGatherTokens) {
     prefetch_rows(k_head, k_slot_stride, v_head, v_slot_stride, slots + t0 + kGatherTokens,
                   kGatherTokens, head_dim);
+    const void* k_rows[kGatherTokens];
     for (int64_t j = 0; j < kGatherTokens; ++j) {
       const int64_t slot = slots[t0 + j];
       float* k_row = stage + j * head_dim;
       float* v_row = v + (t0 + j) * head_dim;
+      k_rows[j] = k_row;
       if (slot < 0) {
         std::fill(k_row, k_row + head_dim, 0.f);
         std::fill(v_row, v_row + head_dim, 0.f);
@@ -86,17 +114,42 @@ VERIFY_OPS_VECTOR_CLONES void gather_kv_tile(const kv_t* k_head, int64_t k_slot_
       for (int64_t c = 0; c < head_dim; ++c) k_row[c] = static_cast<float>(k_src[c]);
       for (int64_t c = 0; c < head_dim; ++c) v_row[c] = static_cast<float>(v_src[c]);
     }
-    // Transposing through the stage writes kGatherTokens consecutive floats
-    // per dimension instead of one float per cache line.
-    int64_t c = 0;
-#ifdef VERIFY_OPS_HAS_SHUFFLEVECTOR
-    for (; c + 8 <= head_dim; c += 8)
-      for (int64_t j = 0; j < kGatherTokens; j += 8)
-        transpose_8x8(stage + j * head_dim + c, head_dim, kt + c * kt_stride + t0 + j, kt_stride);
-#endif
-    for (; c < head_dim; ++c)
-      for (int64_t j = 0; j < kGatherTokens; ++j)
-        kt[c * kt_stride + t0 + j] = stage[j * head_dim + c];
+    // Through the stage, the transposing copy writes kGatherTokens
+    // consecutive floats per dimension instead of one float per cache line.
+    transpose_rows(k_rows, head_dim, kt + t0, kt_stride);
+  }
+}
+
+VERIFY_OPS_VECTOR_CLONES void gather_kv_tile_vnni(const c10::BFloat16* k_head,
+                                                  int64_t k_slot_stride,
+                                                  const c10::BFloat16* v_head,
+                                                  int64_t v_slot_stride, const int64_t* slots,
+                                                  int64_t width, int64_t head_dim,
+                                                  const c10::BFloat16* zeros,
+                                                  c10::BFloat16* kt, c10::BFloat16* v) {
+  // A pair of bf16 along head_dim is one 32-bit word: K in VNNI layout is
+  // each K row's words, transposed.
+  for (int64_t t0 = 0; t0 < width; t0 += kGatherTokens) {
+    prefetch_rows(k_head, k_slot_stride, v_head, v_slot_stride, slots + t0 + kGatherTokens,
+                  kGatherTokens, head_dim);
+    const void* k_rows[kGatherTokens];
+    const c10::BFloat16* v_rows[kGatherTokens];
+    for (int64_t j = 0; j < kGatherTokens; ++j) {
+      const int64_t slot = slots[t0 + j];
+      k_rows[j] = slot < 0 ? zeros : k_head + slot * k_slot_stride;
+      v_rows[j] = slot < 0 ? zeros : v_head + slot * v_slot_stride;
+    }
+    transpose_rows(k_rows, head_dim / 2, kt + 2 * t0, width);
+    // V in VNNI layout interleaves the rows of each pair of tokens.
+    for (int64_t j = 0; j < kGatherTokens; j += 2) {
+      c10::BFloat16* pair = v + (t0 + j) * head_dim;
+      const c10::BFloat16* even = v_rows[j];
+      const c10::BFloat16* odd = v_rows[j + 1];
+      for (int64_t c = 0; c < head_dim; ++c) {
+        pair[2 * c] = even[c];
+        pair[2 * c + 1] = odd[c];
+      }
+    }
   }
 }
 

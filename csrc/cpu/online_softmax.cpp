@@ -66,11 +66,15 @@ inline float exp_row(float* row, int64_t width, float max) {
 }  // namespace
 
 VERIFY_OPS_VECTOR_CLONES
-void soft_cap(float* scores, int64_t count, float cap) {
+void scale_and_cap(float* scores, int64_t count, float scale, float cap) {
+  if (cap <= 0) {
+    for (int64_t i = 0; i < count; ++i) scores[i] *= scale;
+    return;
+  }
   const float inv_cap = 1.f / cap;
   for (int64_t i = 0; i < count; ++i) {
     // tanh(|y|) = (1 - e^{-2|y|}) / (1 + e^{-2|y|}): no overflow for large |y|.
-    const float y = scores[i] * inv_cap;
+    const float y = scores[i] * scale * inv_cap;
     const float e = vector_exp(-2.f * std::fabs(y));
     scores[i] = std::copysign(cap * ((1.f - e) / (1.f + e)), y);
   }

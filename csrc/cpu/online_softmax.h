@@ -1,5 +1,6 @@
-// The element-wise half of a KV tile on CPU: soft-cap and online softmax over
-// a [rows, width] block of scores that brgemm produced, in vectorized loops.
+// The element-wise half of a KV tile on CPU: scale, soft-cap and online
+// softmax over a [rows, width] block of scores that brgemm produced, in
+// vectorized loops.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +10,8 @@ namespace verify_ops::cpu {
 // Score tiles are this many keys wide, or a multiple of it.
 constexpr int64_t kScoreLanes = 16;
 
-// s <- cap * tanh(s / cap) for `count` scores (count a multiple of kScoreLanes).
-void soft_cap(float* scores, int64_t count, float cap);
+// s <- scale * s, then with cap > 0 s <- cap * tanh(s / cap), for `count` scores.
+void scale_and_cap(float* scores, int64_t count, float scale, float cap);
 
 // One KV tile of the online softmax. scores: [rows, width] row-major, width a
 // multiple of kScoreLanes, keys a row must not see at -inf. Each row's

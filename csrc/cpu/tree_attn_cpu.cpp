@@ -2,11 +2,11 @@
 //
 // Work items are (request, KV head, KV split). An item walks its part of the
 // request's KV range in tiles of kTileTokens tokens: each tile is gathered
-// from the pool once for all D * (Hq / Hkv) query rows of the head and
-// converted to fp32 (kv_tile.cpp); the scores S = Q.K^T and the update
-// O += P.V are small matrix products through at::native::cpublas::brgemm
-// (oneDNN's JIT kernel for the CPU at hand, else the BLAS gemm), and the
-// online softmax between them runs in vectorized loops (online_softmax.cpp).
+// from the pool once for all D * (Hq / Hkv) query rows of the head
+// (kv_tile.cpp); the scores S = Q.K^T and the update O += P.V are small
+// matrix products through at::native::cpublas::brgemm (tile_products.cpp:
+// in fp32, or in bf16 on AMX for a bf16 q and pool), and the online softmax
+// between them runs in vectorized fp32 loops (online_softmax.cpp).
 //
 // Splits: when the (request, KV head) pairs are fewer than the threads
 // (at::get_num_threads()), each request's KV range is cut into
@@ -21,18 +21,19 @@
 // before seq_len - W are never read, and lse is the natural-log LSE.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
-#include <ATen/native/CPUBlas.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "common/check_message.h"
 #include "common/tree_attn_args.h"
 #include "cpu/kv_tile.h"
 #include "cpu/online_softmax.h"
+#include "cpu/tile_products.h"
 #include "ops.h"
 
 namespace verify_ops {
@@ -42,10 +43,6 @@ namespace {
 // with zero keys (masked), so every call has one of two shapes per op call.
 constexpr int64_t kTileTokens = 256;
 static_assert(kTileTokens % cpu::kScoreLanes == 0 && kTileTokens % cpu::kGatherTokens == 0);
-// Row stride of the transposed K tile: a power-of-two stride would put the
-// transposing copy's head_dim rows in a few L1 sets (measured: 10-20 % of
-// the op's time at 16k context).
-constexpr int64_t kKtStride = kTileTokens + 16;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Reads int32 or int64 index tensors of rank 1 or 2 through their strides.
@@ -97,16 +94,15 @@ struct RowState {
   float* sum;
 };
 
-// Per-thread buffers for one (request, KV head) at a time.
+// Per-thread buffers for one (request, KV head) at a time, beside the tile
+// products' own.
 struct Scratch {
-  std::vector<float> q, kt, v, stage, scores, acc, max, sum;
+  std::vector<float> scores, acc, max, sum;
   std::vector<int64_t> slots, depth, window_lo;
 
   Scratch(int64_t rows, int64_t d, int64_t drafts)
-      : q(rows * d), kt(d * kKtStride), v(kTileTokens * d),
-        stage(cpu::kGatherTokens * d), scores(rows * kTileTokens), acc(rows * d),
-        max(rows), sum(rows), slots(kTileTokens + cpu::kGatherTokens), depth(drafts),
-        window_lo(drafts) {}
+      : scores(rows * kTileTokens), acc(rows * d), max(rows), sum(rows),
+        slots(kTileTokens + cpu::kGatherTokens), depth(drafts), window_lo(drafts) {}
 
   RowState state() { return {acc.data(), max.data(), sum.data()}; }
 };
@@ -134,8 +130,9 @@ struct TreeAttnCpu {
 
   // Attends the rows of (request b, KV head kvh) to tiles [tile_begin,
   // tile_end) of its range, from a zero state into `state`.
+  template <typename Tiles>
   void attend(int64_t b, int64_t kvh, const RequestRange& req, int64_t tile_begin,
-              int64_t tile_end, Scratch& sc, RowState state) const {
+              int64_t tile_end, Tiles& tiles, Scratch& sc, RowState state) const {
     const int64_t D = s.num_drafts, d = s.head_dim, L = req.prefix;
     // Draft j sits at position L + depth(j): depth counts its ancestors. A
     // draft at P sees positions >= P - W.
@@ -150,8 +147,15 @@ struct TreeAttnCpu {
     const q_t* q_ptr = q.data_ptr<q_t>();
     for (int64_t r = 0; r < rows; ++r) {
       const q_t* src = q_ptr + token_of(b, r) * q.stride(0) + head_of(kvh, r) * q.stride(1);
-      for (int64_t c = 0; c < d; ++c) sc.q[r * d + c] = static_cast<float>(src[c]) * opt.score_scale;
+      auto* dst = tiles.queries() + r * d;
+      for (int64_t c = 0; c < d; ++c) {
+        if constexpr (Tiles::kScaledQueries)
+          dst[c] = static_cast<float>(src[c]) * opt.score_scale;
+        else
+          dst[c] = src[c];
+      }
     }
+    const float post_scale = Tiles::kScaledQueries ? 1.f : opt.score_scale;
     std::fill(state.acc, state.acc + rows * d, 0.f);
     std::fill(state.max, state.max + rows, kNegInf);
     std::fill(state.sum, state.sum + rows, 0.f);
@@ -168,11 +172,10 @@ struct TreeAttnCpu {
     for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
       const int64_t start = req.first + tile * kTileTokens;
       tile_slots(tile);
-      cpu::gather_kv_tile(k_head, k_cache.stride(0), v_head, v_cache.stride(0), sc.slots.data(),
-                          kTileTokens, d, sc.kt.data(), kKtStride, sc.v.data(), sc.stage.data());
-      at::native::cpublas::brgemm(rows, kTileTokens, d, d, kKtStride, kTileTokens,
-                                  /*add_C=*/false, sc.q.data(), sc.kt.data(), scores);
-      if (opt.logit_cap > 0) cpu::soft_cap(scores, rows * kTileTokens, opt.logit_cap);
+      tiles.load(k_head, k_cache.stride(0), v_head, v_cache.stride(0), sc.slots.data());
+      tiles.scores(scores);
+      if (post_scale != 1.f || opt.logit_cap > 0)
+        cpu::scale_and_cap(scores, rows * kTileTokens, post_scale, opt.logit_cap);
       // Only tiles with drafts, padding or a window edge need a per-key mask.
       if (start + kTileTokens > L || start < highest_lo) {
         for (int64_t r = 0; r < rows; ++r) {
@@ -188,8 +191,7 @@ struct TreeAttnCpu {
         }
       }
       cpu::online_softmax_tile(scores, rows, kTileTokens, state.max, state.sum, state.acc, d);
-      at::native::cpublas::brgemm(rows, d, kTileTokens, kTileTokens, d, d, /*add_C=*/true,
-                                  scores, sc.v.data(), state.acc);
+      tiles.accumulate(scores, state.acc);
     }
   }
 
@@ -236,7 +238,7 @@ void merge_states(const RowState* parts, int64_t count, int64_t rows, int64_t d,
   }
 }
 
-template <typename q_t, typename kv_t>
+template <typename q_t, typename kv_t, typename Tiles>
 void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor& k_cache,
                    const at::Tensor& v_cache, const at::Tensor& req_to_token,
                    const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
@@ -262,10 +264,11 @@ void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor
 
   if (splits == 1) {
     at::parallel_for(0, pairs, 1, [&](int64_t lo, int64_t hi) {
+      Tiles tiles(rows, d, kTileTokens);
       Scratch sc(rows, d, s.num_drafts);
       for (int64_t pair = lo; pair < hi; ++pair) {
         const int64_t b = pair / s.num_kv_heads, kvh = pair % s.num_kv_heads;
-        kernel.attend(b, kvh, requests[b], 0, requests[b].tiles, sc, sc.state());
+        kernel.attend(b, kvh, requests[b], 0, requests[b].tiles, tiles, sc, sc.state());
         kernel.finish(b, kvh, sc.state());
       }
     });
@@ -281,13 +284,14 @@ void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor
     return RowState{base, base + rows * d, base + rows * d + rows};
   };
   at::parallel_for(0, pairs * splits, 1, [&](int64_t lo, int64_t hi) {
+    Tiles tiles(rows, d, kTileTokens);
     Scratch sc(rows, d, s.num_drafts);
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t pair = item / splits, part = item % splits;
       const int64_t b = pair / s.num_kv_heads, kvh = pair % s.num_kv_heads;
       const RequestRange& req = requests[b];
-      kernel.attend(b, kvh, req, req.tiles * part / splits, req.tiles * (part + 1) / splits, sc,
-                    partial_state(item));
+      kernel.attend(b, kvh, req, req.tiles * part / splits, req.tiles * (part + 1) / splits,
+                    tiles, sc, partial_state(item));
     }
   });
   at::parallel_for(0, pairs, 1, [&](int64_t lo, int64_t hi) {
@@ -343,8 +347,17 @@ void tree_attn_out_cpu(const at::Tensor& q, const at::Tensor& k_cache,
   auto run = [&](auto q_zero) {
     using q_t = decltype(q_zero);
     auto with_kv = [&](auto kv_zero) {
-      tree_attn_cpu<q_t, decltype(kv_zero)>(s, q, k_cache, v_cache, req_to_token,
-                                            req_pool_indices, seq_lens, tree_mask, opt, out);
+      using kv_t = decltype(kv_zero);
+      constexpr bool bf16_pool = std::is_same_v<q_t, c10::BFloat16> && std::is_same_v<kv_t, q_t>;
+      if constexpr (bf16_pool) {
+        if (cpu::Bf16TileProducts::available(s.head_dim))
+          return tree_attn_cpu<q_t, kv_t, cpu::Bf16TileProducts>(
+              s, q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens, tree_mask, opt,
+              out);
+      }
+      tree_attn_cpu<q_t, kv_t, cpu::Fp32TileProducts>(s, q, k_cache, v_cache, req_to_token,
+                                                      req_pool_indices, seq_lens, tree_mask,
+                                                      opt, out);
     };
     switch (k_cache.scalar_type()) {
       case at::kFloat8_e4m3fn: return with_kv(c10::Float8_e4m3fn());
