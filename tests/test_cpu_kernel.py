@@ -1,4 +1,4 @@
-"""The CPU kernel's own structure: KV tiles of 256 tokens, the KV range split
+"""The CPU kernel's own structure: KV tiles of up to 256 tokens, the KV range split
 across threads when (request, KV head) pairs are fewer than them, the
 vectorized softmax, and the bf16 tile products (bf16 cases on a CPU with
 AMX) beside the fp32 ones, against the float64 reference.
@@ -54,8 +54,8 @@ def check(case, **extra):
     return out, lse
 
 
-# One pair and a few threads: 2 to 7 splits, some of them empty (fewer tiles
-# than splits), prefixes on and off tile edges.
+# One pair and a few threads: 2 to 7 splits in steps of 16 tokens, some of
+# them empty (fewer steps than splits), tiles ending on and off 256.
 @pytest.mark.parametrize("num_threads", [2, 3, 7])
 @pytest.mark.parametrize("prefix", [0, 1, TILE - 4, TILE, 3 * TILE + 17])
 def test_split_kv_range(threads, num_threads, prefix):

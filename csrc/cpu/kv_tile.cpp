@@ -126,7 +126,8 @@ VERIFY_OPS_VECTOR_CLONES void gather_kv_tile_vnni(const c10::BFloat16* k_head,
                                                   int64_t v_slot_stride, const int64_t* slots,
                                                   int64_t width, int64_t head_dim,
                                                   const c10::BFloat16* zeros,
-                                                  c10::BFloat16* kt, c10::BFloat16* v) {
+                                                  c10::BFloat16* kt, int64_t kt_stride,
+                                                  c10::BFloat16* v) {
   // A pair of bf16 along head_dim is one 32-bit word: K in VNNI layout is
   // each K row's words, transposed.
   for (int64_t t0 = 0; t0 < width; t0 += kGatherTokens) {
@@ -139,7 +140,7 @@ VERIFY_OPS_VECTOR_CLONES void gather_kv_tile_vnni(const c10::BFloat16* k_head,
       k_rows[j] = slot < 0 ? zeros : k_head + slot * k_slot_stride;
       v_rows[j] = slot < 0 ? zeros : v_head + slot * v_slot_stride;
     }
-    transpose_rows(k_rows, head_dim / 2, kt + 2 * t0, width);
+    transpose_rows(k_rows, head_dim / 2, kt + 2 * t0, kt_stride);
     // V in VNNI layout interleaves the rows of each pair of tokens.
     for (int64_t j = 0; j < kGatherTokens; j += 2) {
       c10::BFloat16* pair = v + (t0 + j) * head_dim;

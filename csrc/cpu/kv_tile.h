@@ -33,12 +33,14 @@ void gather_kv_tile(const kv_t* k_head, int64_t k_slot_stride, const kv_t* v_hea
                     float* stage);
 
 // bf16 tile in the VNNI layouts of a bf16 brgemm, pairs along the reduction
-// dimension adjacent: kt [head_dim / 2, width, 2] (K transposed) and
-// v [width / 2, head_dim, 2]. head_dim even; zeros: head_dim zeros, the
-// row of a token the tile does not read.
+// dimension adjacent: kt [head_dim / 2, width, 2] with a stride of
+// kt_stride pairs between its rows (K transposed) and v [width / 2, head_dim,
+// 2]. head_dim even; zeros: head_dim zeros, the row of a token the tile does
+// not read.
 void gather_kv_tile_vnni(const c10::BFloat16* k_head, int64_t k_slot_stride,
                          const c10::BFloat16* v_head, int64_t v_slot_stride,
                          const int64_t* slots, int64_t width, int64_t head_dim,
-                         const c10::BFloat16* zeros, c10::BFloat16* kt, c10::BFloat16* v);
+                         const c10::BFloat16* zeros, c10::BFloat16* kt, int64_t kt_stride,
+                         c10::BFloat16* v);
 
 }  // namespace verify_ops::cpu

@@ -81,10 +81,11 @@ void scale_and_cap(float* scores, int64_t count, float scale, float cap) {
 }
 
 VERIFY_OPS_VECTOR_CLONES
-void online_softmax_tile(float* scores, int64_t rows, int64_t width, float* row_max,
+void online_softmax_tile(float* scores, int64_t rows, int64_t width, int64_t stride,
+                         float* row_max,
                          float* row_sum, float* acc, int64_t head_dim) {
   for (int64_t r = 0; r < rows; ++r) {
-    float* row = scores + r * width;
+    float* row = scores + r * stride;
     const float new_max = std::max(row_max[r], row_max_of(row, width));
     if (new_max == kNegInf) {  // nothing seen yet: exp(-inf - -inf) would be NaN
       std::fill(row, row + width, 0.f);

@@ -13,12 +13,13 @@ constexpr int64_t kScoreLanes = 16;
 // s <- scale * s, then with cap > 0 s <- cap * tanh(s / cap), for `count` scores.
 void scale_and_cap(float* scores, int64_t count, float scale, float cap);
 
-// One KV tile of the online softmax. scores: [rows, width] row-major, width a
-// multiple of kScoreLanes, keys a row must not see at -inf. Each row's
+// One KV tile of the online softmax. scores: [rows, width] with row stride
+// `stride`, width a multiple of kScoreLanes, keys a row must not see at -inf. Each row's
 // running max and sum absorb the tile, its scores become exp(s - max) (zero
 // for a row that has seen no key yet), and its accumulator row
 // acc[r * head_dim ..] is rescaled to the new max.
-void online_softmax_tile(float* scores, int64_t rows, int64_t width, float* row_max,
+void online_softmax_tile(float* scores, int64_t rows, int64_t width, int64_t stride,
+                         float* row_max,
                          float* row_sum, float* acc, int64_t head_dim);
 
 }  // namespace verify_ops::cpu

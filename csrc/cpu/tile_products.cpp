@@ -11,25 +11,27 @@ namespace {
 // of the fp32 K tile in a few L1 sets.
 constexpr int64_t kKtPadding = 16;
 
-VERIFY_OPS_VECTOR_CLONES void round_to_bf16(const float* in, int64_t count,
-                                            c10::BFloat16* out) {
-  for (int64_t i = 0; i < count; ++i) out[i] = c10::BFloat16(in[i]);
+// out[r * stride + t] = bf16(in[r * stride + t]) for t < width.
+VERIFY_OPS_VECTOR_CLONES void round_to_bf16(const float* in, int64_t rows, int64_t width,
+                                            int64_t stride, c10::BFloat16* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < width; ++t) out[r * stride + t] = c10::BFloat16(in[r * stride + t]);
 }
 
 }  // namespace
 
-Fp32TileProducts::Fp32TileProducts(int64_t rows, int64_t head_dim, int64_t width)
-    : rows_(rows), head_dim_(head_dim), width_(width), kt_stride_(width + kKtPadding),
-      q_(rows * head_dim), kt_(head_dim * kt_stride_), v_(width * head_dim),
-      stage_(kGatherTokens * head_dim) {}
+Fp32TileProducts::Fp32TileProducts(int64_t rows, int64_t head_dim, int64_t max_width)
+    : rows_(rows), head_dim_(head_dim), max_width_(max_width),
+      kt_stride_(max_width + kKtPadding), q_(rows * head_dim), kt_(head_dim * kt_stride_),
+      v_(max_width * head_dim), stage_(kGatherTokens * head_dim) {}
 
 void Fp32TileProducts::scores(float* scores) const {
-  at::native::cpublas::brgemm(rows_, width_, head_dim_, head_dim_, kt_stride_, width_,
+  at::native::cpublas::brgemm(rows_, width_, head_dim_, head_dim_, kt_stride_, max_width_,
                               /*add_C=*/false, q_.data(), kt_.data(), scores);
 }
 
 void Fp32TileProducts::accumulate(const float* probs, float* acc) const {
-  at::native::cpublas::brgemm(rows_, head_dim_, width_, width_, head_dim_, head_dim_,
+  at::native::cpublas::brgemm(rows_, head_dim_, width_, max_width_, head_dim_, head_dim_,
                               /*add_C=*/true, probs, v_.data(), acc);
 }
 
@@ -37,21 +39,22 @@ bool Bf16TileProducts::available(int64_t head_dim) {
   return head_dim % 2 == 0 && at::native::cpublas::could_pack(at::kBFloat16);
 }
 
-Bf16TileProducts::Bf16TileProducts(int64_t rows, int64_t head_dim, int64_t width)
-    : rows_(rows), head_dim_(head_dim), width_(width), q_(rows * head_dim),
-      kt_(head_dim * width), v_(width * head_dim), probs_(rows * width), zeros_(head_dim) {}
+Bf16TileProducts::Bf16TileProducts(int64_t rows, int64_t head_dim, int64_t max_width)
+    : rows_(rows), head_dim_(head_dim), max_width_(max_width), q_(rows * head_dim),
+      kt_(head_dim * max_width), v_(max_width * head_dim), probs_(rows * max_width),
+      zeros_(head_dim) {}
 
 Bf16TileProducts::~Bf16TileProducts() { at::native::cpublas::brgemm_release(/*is_vnni=*/true); }
 
 void Bf16TileProducts::scores(float* scores) const {
-  at::native::cpublas::brgemm(rows_, width_, head_dim_, head_dim_, width_, width_,
+  at::native::cpublas::brgemm(rows_, width_, head_dim_, head_dim_, max_width_, max_width_,
                               /*add_C=*/false, q_.data(), kt_.data(), scores,
                               /*is_vnni=*/true);
 }
 
 void Bf16TileProducts::accumulate(const float* probs, float* acc) {
-  round_to_bf16(probs, rows_ * width_, probs_.data());
-  at::native::cpublas::brgemm(rows_, head_dim_, width_, width_, head_dim_, head_dim_,
+  round_to_bf16(probs, rows_, width_, max_width_, probs_.data());
+  at::native::cpublas::brgemm(rows_, head_dim_, width_, max_width_, head_dim_, head_dim_,
                               /*add_C=*/true, probs_.data(), v_.data(), acc, /*is_vnni=*/true);
 }
 

@@ -9,8 +9,10 @@
 //   kernel runs 4-8x faster than its fp32 one (measured on a Sapphire
 //   Rapids core). Scores come unscaled.
 //
-// Both take [rows, head_dim] queries and tiles of `width` keys, and produce
-// fp32 scores [rows, width] and accumulate into fp32 acc [rows, head_dim].
+// Both take [rows, head_dim] queries and tiles of up to `max_width` keys
+// (`width` a multiple of kGatherTokens per tile), produce fp32 scores
+// [rows, width] with row stride max_width, and accumulate into fp32 acc
+// [rows, head_dim].
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -26,15 +28,16 @@ class Fp32TileProducts {
  public:
   static constexpr bool kScaledQueries = true;
 
-  Fp32TileProducts(int64_t rows, int64_t head_dim, int64_t width);
+  Fp32TileProducts(int64_t rows, int64_t head_dim, int64_t max_width);
 
   float* queries() { return q_.data(); }
 
-  // Gathers the tile of `slots` (see kv_tile.h).
+  // Gathers the tile of `width` tokens at `slots` (see kv_tile.h).
   template <typename kv_t>
   void load(const kv_t* k_head, int64_t k_slot_stride, const kv_t* v_head,
-            int64_t v_slot_stride, const int64_t* slots) {
-    gather_kv_tile(k_head, k_slot_stride, v_head, v_slot_stride, slots, width_, head_dim_,
+            int64_t v_slot_stride, const int64_t* slots, int64_t width) {
+    width_ = width;
+    gather_kv_tile(k_head, k_slot_stride, v_head, v_slot_stride, slots, width, head_dim_,
                    kt_.data(), kt_stride_, v_.data(), stage_.data());
   }
 
@@ -42,7 +45,7 @@ class Fp32TileProducts {
   void accumulate(const float* probs, float* acc) const;
 
  private:
-  int64_t rows_, head_dim_, width_, kt_stride_;
+  int64_t rows_, head_dim_, max_width_, kt_stride_, width_ = 0;
   std::vector<float> q_, kt_, v_, stage_;
 };
 
@@ -53,7 +56,7 @@ class Bf16TileProducts {
   // True where brgemm has its bf16 kernel (AMX) and head_dim is even.
   static bool available(int64_t head_dim);
 
-  Bf16TileProducts(int64_t rows, int64_t head_dim, int64_t width);
+  Bf16TileProducts(int64_t rows, int64_t head_dim, int64_t max_width);
   ~Bf16TileProducts();  // hands back the thread's AMX state
   Bf16TileProducts(const Bf16TileProducts&) = delete;
   Bf16TileProducts& operator=(const Bf16TileProducts&) = delete;
@@ -61,9 +64,10 @@ class Bf16TileProducts {
   c10::BFloat16* queries() { return q_.data(); }
 
   void load(const c10::BFloat16* k_head, int64_t k_slot_stride, const c10::BFloat16* v_head,
-            int64_t v_slot_stride, const int64_t* slots) {
-    gather_kv_tile_vnni(k_head, k_slot_stride, v_head, v_slot_stride, slots, width_, head_dim_,
-                        zeros_.data(), kt_.data(), v_.data());
+            int64_t v_slot_stride, const int64_t* slots, int64_t width) {
+    width_ = width;
+    gather_kv_tile_vnni(k_head, k_slot_stride, v_head, v_slot_stride, slots, width, head_dim_,
+                        zeros_.data(), kt_.data(), max_width_, v_.data());
   }
 
   void scores(float* scores) const;
@@ -71,7 +75,7 @@ class Bf16TileProducts {
   void accumulate(const float* probs, float* acc);
 
  private:
-  int64_t rows_, head_dim_, width_;
+  int64_t rows_, head_dim_, max_width_, width_ = 0;
   std::vector<c10::BFloat16> q_, kt_, v_, probs_, zeros_;
 };
 

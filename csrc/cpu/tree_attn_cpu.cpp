@@ -10,8 +10,8 @@
 //
 // Splits: when the (request, KV head) pairs are fewer than the threads
 // (at::get_num_threads()), each request's KV range is cut into
-// ceil(threads / pairs) parts of whole tiles, and the parts are merged by
-// their log-sum-exp in a fixed order. The result therefore depends on the
+// ceil(threads / pairs) equal parts (in steps of kGatherTokens), and the
+// parts are merged by their log-sum-exp in a fixed order. The result therefore depends on the
 // thread count, but never on where a request's slots lie: tiles and splits
 // follow logical positions, and slots only say where to read.
 //
@@ -39,8 +39,8 @@
 namespace verify_ops {
 namespace {
 
-// Keys per tile: brgemm's N for Q.K^T and K for P.V. Partial tiles are padded
-// with zero keys (masked), so every call has one of two shapes per op call.
+// Keys per tile: brgemm's N for Q.K^T and K for P.V. A range's last tile is
+// narrower, padded to a multiple of kGatherTokens with zero keys (masked).
 constexpr int64_t kTileTokens = 256;
 static_assert(kTileTokens % cpu::kScoreLanes == 0 && kTileTokens % cpu::kGatherTokens == 0);
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -77,13 +77,12 @@ struct CpuOptions {
   int64_t lse_stride_token, lse_stride_head;
 };
 
-// One request's KV range: positions [first, total) in tiles from `first`.
+// One request's KV range: positions [first, total).
 struct RequestRange {
   int64_t req_row;  // row of req_to_token
   int64_t prefix;   // L = seq_lens[b]
   int64_t first;    // max(0, L - W) with a window, else 0: nothing before is visible
   int64_t total;    // L + D
-  int64_t tiles;
 };
 
 // Softmax state of one item's query rows: acc [rows, d] not yet divided by
@@ -128,11 +127,11 @@ struct TreeAttnCpu {
   int64_t token_of(int64_t b, int64_t r) const { return b * s.num_drafts + r / group; }
   int64_t head_of(int64_t kvh, int64_t r) const { return kvh * group + r % group; }
 
-  // Attends the rows of (request b, KV head kvh) to tiles [tile_begin,
-  // tile_end) of its range, from a zero state into `state`.
+  // Attends the rows of (request b, KV head kvh) to positions [begin, end)
+  // of its range, from a zero state into `state`.
   template <typename Tiles>
-  void attend(int64_t b, int64_t kvh, const RequestRange& req, int64_t tile_begin,
-              int64_t tile_end, Tiles& tiles, Scratch& sc, RowState state) const {
+  void attend(int64_t b, int64_t kvh, const RequestRange& req, int64_t begin, int64_t end,
+              Tiles& tiles, Scratch& sc, RowState state) const {
     const int64_t D = s.num_drafts, d = s.head_dim, L = req.prefix;
     // Draft j sits at position L + depth(j): depth counts its ancestors. A
     // draft at P sees positions >= P - W.
@@ -163,34 +162,41 @@ struct TreeAttnCpu {
     const kv_t* k_head = static_cast<const kv_t*>(k_cache.data_ptr()) + kvh * k_cache.stride(1);
     const kv_t* v_head = static_cast<const kv_t*>(v_cache.data_ptr()) + kvh * v_cache.stride(1);
     float* scores = sc.scores.data();
-    // The pool slots of tile `tile` and of the kGatherTokens after it: -1 past the drafts.
-    auto tile_slots = [&](int64_t tile) {
-      const int64_t start = req.first + tile * kTileTokens;
-      for (int64_t t = 0; t < kTileTokens + cpu::kGatherTokens; ++t)
-        sc.slots[t] = start + t < req.total ? r2t(req.req_row, start + t) : -1;
-    };
-    for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-      const int64_t start = req.first + tile * kTileTokens;
-      tile_slots(tile);
-      tiles.load(k_head, k_cache.stride(0), v_head, v_cache.stride(0), sc.slots.data());
+    for (int64_t start = begin; start < end; start += kTileTokens) {
+      const int64_t keys = std::min(kTileTokens, end - start);
+      const int64_t width =
+          (keys + cpu::kGatherTokens - 1) / cpu::kGatherTokens * cpu::kGatherTokens;
+      // The tile's slots (-1 past `end`: padding), then the next
+      // kGatherTokens ones, only prefetched (-1 past the drafts).
+      for (int64_t t = 0; t < width + cpu::kGatherTokens; ++t) {
+        const int64_t pos = start + t;
+        sc.slots[t] = pos < (t < width ? end : req.total) ? r2t(req.req_row, pos) : -1;
+      }
+      tiles.load(k_head, k_cache.stride(0), v_head, v_cache.stride(0), sc.slots.data(), width);
       tiles.scores(scores);
       if (post_scale != 1.f || opt.logit_cap > 0)
-        cpu::scale_and_cap(scores, rows * kTileTokens, post_scale, opt.logit_cap);
+        for (int64_t r = 0; r < rows; ++r)
+          cpu::scale_and_cap(scores + r * kTileTokens, width, post_scale, opt.logit_cap);
       // Only tiles with drafts, padding or a window edge need a per-key mask.
-      if (start + kTileTokens > L || start < highest_lo) {
+      if (start + width > std::min(L, end) || start < highest_lo) {
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = r / group, lo = sc.window_lo[i];
           float* row = scores + r * kTileTokens;
-          for (int64_t t = 0; t < kTileTokens; ++t) {
+          for (int64_t t = 0; t < width; ++t) {
             const int64_t pos = start + t, j = pos - L;
-            const bool visible = pos < L ? pos >= lo
-                                         : pos < req.total && mask_at(b, i, j) &&
-                                               L + sc.depth[j] >= lo;
+            bool visible;
+            if (pos >= end)
+              visible = false;  // padding
+            else if (pos < L)
+              visible = pos >= lo;
+            else
+              visible = mask_at(b, i, j) && L + sc.depth[j] >= lo;
             if (!visible) row[t] = kNegInf;
           }
         }
       }
-      cpu::online_softmax_tile(scores, rows, kTileTokens, state.max, state.sum, state.acc, d);
+      cpu::online_softmax_tile(scores, rows, width, kTileTokens, state.max, state.sum, state.acc,
+                               d);
       tiles.accumulate(scores, state.acc);
     }
   }
@@ -256,7 +262,6 @@ void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor
     req.prefix = lens(b);
     req.first = opt.window >= 0 ? std::max<int64_t>(0, req.prefix - opt.window) : 0;
     req.total = req.prefix + s.num_drafts;
-    req.tiles = (req.total - req.first + kTileTokens - 1) / kTileTokens;
   }
   const int64_t pairs = s.batch * s.num_kv_heads;
   const int64_t threads = at::get_num_threads();
@@ -268,15 +273,21 @@ void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor
       Scratch sc(rows, d, s.num_drafts);
       for (int64_t pair = lo; pair < hi; ++pair) {
         const int64_t b = pair / s.num_kv_heads, kvh = pair % s.num_kv_heads;
-        kernel.attend(b, kvh, requests[b], 0, requests[b].tiles, tiles, sc, sc.state());
+        kernel.attend(b, kvh, requests[b], requests[b].first, requests[b].total, tiles, sc,
+                      sc.state());
         kernel.finish(b, kvh, sc.state());
       }
     });
     return;
   }
 
-  // Item (pair, part) covers tiles [tiles * part / splits, tiles * (part + 1) / splits)
-  // of its request; a part may be empty. Its state goes to `partial`.
+  // Item (pair, part) covers part `part` of `splits` equal parts of its
+  // request's range, cut at multiples of kGatherTokens; a part may be empty.
+  // Its state goes to `partial`.
+  auto part_start = [&](const RequestRange& req, int64_t part) {
+    const int64_t steps = (req.total - req.first + cpu::kGatherTokens - 1) / cpu::kGatherTokens;
+    return std::min(req.total, req.first + steps * part / splits * cpu::kGatherTokens);
+  };
   const int64_t state_floats = rows * d + 2 * rows;
   std::vector<float> partial(pairs * splits * state_floats);
   auto partial_state = [&](int64_t item) {
@@ -290,8 +301,8 @@ void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor
       const int64_t pair = item / splits, part = item % splits;
       const int64_t b = pair / s.num_kv_heads, kvh = pair % s.num_kv_heads;
       const RequestRange& req = requests[b];
-      kernel.attend(b, kvh, req, req.tiles * part / splits, req.tiles * (part + 1) / splits,
-                    tiles, sc, partial_state(item));
+      kernel.attend(b, kvh, req, part_start(req, part), part_start(req, part + 1), tiles, sc,
+                    partial_state(item));
     }
   });
   at::parallel_for(0, pairs, 1, [&](int64_t lo, int64_t hi) {
