@@ -54,8 +54,8 @@ def check(case, **extra):
     return out, lse
 
 
-# One pair and a few threads: 2 to 7 splits in steps of 16 tokens, some of
-# them empty (fewer steps than splits), tiles ending on and off 256.
+# One pair and a few threads: up to 7 splits in steps of 16 tokens, at least
+# 128 tokens each (none below 128 tokens), tiles ending on and off 256.
 @pytest.mark.parametrize("num_threads", [2, 3, 7])
 @pytest.mark.parametrize("prefix", [0, 1, TILE - 4, TILE, 3 * TILE + 17])
 def test_split_kv_range(threads, num_threads, prefix):

@@ -10,8 +10,9 @@
 //
 // Splits: when the (request, KV head) pairs are fewer than the threads
 // (at::get_num_threads()), each request's KV range is cut into
-// ceil(threads / pairs) equal parts (in steps of kGatherTokens), and the
-// parts are merged by their log-sum-exp in a fixed order. The result therefore depends on the
+// ceil(threads / pairs) equal parts (in steps of kGatherTokens; fewer where
+// the longest range has under kMinSplitTokens per part), and the parts are
+// merged by their log-sum-exp in a fixed order. The result therefore depends on the
 // thread count, but never on where a request's slots lie: tiles and splits
 // follow logical positions, and slots only say where to read.
 //
@@ -42,7 +43,11 @@ namespace {
 // Keys per tile: brgemm's N for Q.K^T and K for P.V. A range's last tile is
 // narrower, padded to a multiple of kGatherTokens with zero keys (masked).
 constexpr int64_t kTileTokens = 256;
-static_assert(kTileTokens % cpu::kScoreLanes == 0 && kTileTokens % cpu::kGatherTokens == 0);
+static_assert(kTileTokens % cpu::kGatherTokens == 0 && cpu::kGatherTokens % cpu::kScoreLanes == 0);
+// A request's range is split into parts of at least this many tokens: a
+// shorter part would cost more in its thread's start and the merge than it
+// saves.
+constexpr int64_t kMinSplitTokens = 128;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Reads int32 or int64 index tensors of rank 1 or 2 through their strides.
@@ -265,7 +270,12 @@ void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor
   }
   const int64_t pairs = s.batch * s.num_kv_heads;
   const int64_t threads = at::get_num_threads();
-  const int64_t splits = pairs >= threads ? 1 : (threads + pairs - 1) / pairs;
+  int64_t longest = 0;
+  for (const RequestRange& req : requests) longest = std::max(longest, req.total - req.first);
+  const int64_t splits =
+      pairs >= threads ? 1
+                       : std::max<int64_t>(1, std::min((threads + pairs - 1) / pairs,
+                                                       longest / kMinSplitTokens));
 
   if (splits == 1) {
     at::parallel_for(0, pairs, 1, [&](int64_t lo, int64_t hi) {
