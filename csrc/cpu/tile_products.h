@@ -6,8 +6,8 @@
 //   dtype, any CPU. The caller folds the score scale into Q.
 // - Bf16TileProducts: a bf16 q and pool stay bf16 and P is rounded to bf16
 //   for P.V (as the GPU kernels do); for CPUs with AMX, where brgemm's bf16
-//   kernel runs 4-8x faster than its fp32 one (measured on a Sapphire
-//   Rapids core). Scores come unscaled.
+//   kernel ran 3-8x faster than its fp32 one on the shapes used here (one
+//   core of the 2-core AMX machine CI runs on). Scores come unscaled.
 //
 // Both take [rows, head_dim] queries and tiles of up to `max_width` keys
 // (`width` a multiple of kGatherTokens per tile), produce fp32 scores
