@@ -12,8 +12,9 @@ the CPU. Timed in one process, with the same threads:
 
 The op's rate counts its QK and PV FLOPs, 4 d Hq D (L + D). Calls of the op
 and of SDPA alternate, so that both see the same load; each time is the
-median of ``--repeats`` calls. ``--scaling`` also times 8/1/128 (one KV
-head) with 1 thread and with all of them. Prints a table and writes JSON.
+median of ``--repeats`` calls (the JSON also keeps the least). ``--scaling``
+also times 8/1/128 (one KV head) with 1 thread and with all of them. Prints a
+table and writes JSON.
 
     python -m bench.cpu_bench --out bench/results/cpu-<date>.json
 """
@@ -132,12 +133,14 @@ def time_case(seq_len: int, num_drafts: int, heads: tuple, dtype_name: str,
             run()
             samples[name].append((time.perf_counter() - start) * 1e6)
     us = {name: statistics.median(s) for name, s in samples.items()}
+    least = {name: min(s) for name, s in samples.items()}
     flops = 4 * head_dim * hq * num_drafts * (seq_len + num_drafts)
     return {"seq_len": seq_len, "num_drafts": num_drafts, "heads": f"{hq}/{hkv}/{head_dim}",
             "dtype": dtype_name, "kv_bytes": case.kv_bytes, "flops": flops,
             "op_us": us["op"], "sdpa_gqa_us": us["sdpa_gqa"],
             "sdpa_expanded_us": us["sdpa_expanded"],
             "sdpa_us": min(us["sdpa_gqa"], us["sdpa_expanded"]),
+            "op_min_us": least["op"], "sdpa_min_us": min(least["sdpa_gqa"], least["sdpa_expanded"]),
             "op_flops_per_s": flops / (us["op"] * 1e-6), "rel_err_vs_sdpa_fp32": err}
 
 
@@ -161,7 +164,8 @@ def time_scaling(seq_len: int, num_drafts: int, dtype_name: str, threads: int,
     one, many = statistics.median(samples[1]), statistics.median(samples[threads])
     return {"seq_len": seq_len, "num_drafts": num_drafts, "heads": "8/1/128",
             "dtype": dtype_name, "threads": threads, "us_1_thread": one,
-            "us_all_threads": many, "ratio": many / one}
+            "us_all_threads": many, "ratio": many / one,
+            "min_ratio": min(samples[threads]) / min(samples[1])}
 
 
 def main(argv=None) -> dict:
