@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "cpu/vector_clones.h"
 
@@ -111,11 +112,14 @@ VERIFY_OPS_VECTOR_CLONES void gather_kv_tile(const kv_t* k_head, int64_t k_slot_
       }
       const kv_t* k_src = k_head + slot * k_slot_stride;
       const kv_t* v_src = v_head + slot * v_slot_stride;
-      for (int64_t c = 0; c < head_dim; ++c) k_row[c] = static_cast<float>(k_src[c]);
+      if constexpr (std::is_same_v<kv_t, float>)
+        k_rows[j] = k_src;  // transposed straight from the pool
+      else
+        for (int64_t c = 0; c < head_dim; ++c) k_row[c] = static_cast<float>(k_src[c]);
       for (int64_t c = 0; c < head_dim; ++c) v_row[c] = static_cast<float>(v_src[c]);
     }
-    // Through the stage, the transposing copy writes kGatherTokens
-    // consecutive floats per dimension instead of one float per cache line.
+    // Transposing kGatherTokens rows at once writes kGatherTokens consecutive
+    // floats per dimension instead of one float per cache line.
     transpose_rows(k_rows, head_dim, kt + t0, kt_stride);
   }
 }
