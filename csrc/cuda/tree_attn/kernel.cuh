@@ -172,8 +172,8 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   const unsigned char* mask_base =
       reinterpret_cast<const unsigned char*>(p.tree_mask) + b * p.mask_stride_batch;
   // The options' per-thread state, kept small (each register here is live
-  // through the loop): the score scale with k_scale, and for a window, on
-  // the first split, the offset of the root's first visible key (<= 0).
+  // through the loop): the score scale with k_scale, and for a window the
+  // offset of the root's first visible key from kv_begin.
   float scale_log2 = p.scale_log2;
   bool window_split = false;
   int window_shift = 0;
@@ -181,8 +181,11 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     if (p.k_scale) scale_log2 *= *p.k_scale;
     // A bf16 Q runs the fp8 kernels in fp16 as q * 2^-8 (fp16_q_in_place).
     if constexpr (kFp8 && std::is_same_v<T, __nv_bfloat16>) scale_log2 *= 256.f;
-    window_split = p.sliding_window >= 0 && split == 0;
+    // Keys from offset window_shift + depth on are in a row's window: the
+    // split needs the window's mask if it begins before the deepest row's
+    // first key (splits of at least 64 tokens: the first one, but for D > 64).
     window_shift = static_cast<int>(max(prefix - p.sliding_window - kv_begin, int64_t{-INT32_MAX}));
+    window_split = p.sliding_window >= 0 && window_shift + p.num_drafts > 0;
   }
 
   float o[Traits::kDTiles][4];
@@ -236,7 +239,8 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       if (capped) soft_cap(s, scale_log2, p);
       const bool tree_masked = tile_needs_mask<kBlockN>(tile, split_prefix, split_tokens);
       const bool windowed = p.sliding_window >= 0 &&
-                            (tree_masked || (window_split && tile * kBlockN < p.num_drafts));
+                            (tree_masked ||
+                             (window_split && tile * kBlockN < window_shift + p.num_drafts));
       const bool masked = tree_masked || windowed;
       if (masked)
         apply_tree_mask<kBlockN>(s, tile, split_prefix, split_tokens, mask_base, row_draft,

@@ -49,9 +49,8 @@ __device__ inline void soft_cap(float (&s)[N_TILES][4], float scale_log2, const 
 
 // The window's mask over a tile (offsets from the split's first token),
 // after apply_tree_mask. A row of depth d sees the prefix from offset
-// window_shift + d on, where window_shift is prefix - W - kv_begin on the
-// first split (tiles past the first D offsets of later splits are wholly
-// inside every row's window). Where the window is shorter than the tree is
+// window_shift + d on (window_shift = prefix - W - kv_begin); window_split
+// says the split begins before the deepest row's first key. Where the window is shorter than the tree is
 // deep, a row also sees only the drafts whose depth is at least its own
 // minus W. The depths are counted here, on the few tiles that need them,
 // rather than held in registers through the loop.
