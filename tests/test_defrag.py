@@ -32,8 +32,15 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  #
 
 import verify_ops  # noqa: E402
 from verify_ops.cases import make_tree_masks  # noqa: E402
-from verify_ops.sglang import defrag, relocation  # noqa: E402
-from verify_ops.sglang.churn import ChurnConfig, ChurnSimulation  # noqa: E402
+from bench.churn import ChurnConfig, ChurnSimulation  # noqa: E402
+from verify_ops.sglang import (  # noqa: E402
+    allocator_hooks,
+    config,
+    defrag,
+    fragmentation_log,
+    live_relocation,
+    relocation,
+)
 from verify_ops.sglang.contiguous_alloc import attach  # noqa: E402
 from verify_ops.sglang.relocation import OwnedSpan, relocate_fragmented  # noqa: E402
 
@@ -242,8 +249,8 @@ def test_live_relocation_moves_the_draft_models_kv_too():
     reqs = [SimpleNamespace(kv=ReqKvInfo(req_pool_idx=row, cache_protected_len=0,
                                          kv_allocated_len=end))
             for row, end in zip(scene.rows, scene.allocated)]
-    relocator = defrag._LiveRelocation()
-    relocator.steps = defrag.RELOCATE_EVERY_STEPS - 1  # the next step relocates
+    relocator = live_relocation.LiveRelocation()
+    relocator.steps = live_relocation.RELOCATE_EVERY_STEPS - 1  # the next step relocates
     relocator.step(scheduler, SimpleNamespace(reqs=reqs))
 
     assert relocator.enabled
@@ -261,7 +268,7 @@ def test_live_relocation_stays_off_where_the_drafters_pools_are_unknown():
     scheduler = SimpleNamespace(tp_worker=SimpleNamespace(
                                     model_runner=SimpleNamespace(token_to_kv_pool=scene.kv_pool)),
                                 draft_worker=SimpleNamespace())  # no runners to be found
-    assert defrag._kv_caches(scheduler) is None
+    assert live_relocation.kv_caches(scheduler) is None
 
 
 def test_radix_shared_slots_are_never_moved():
@@ -434,11 +441,11 @@ def test_sglang_call_site_plans_keep_requests_contiguous():
 
     batch = SimpleNamespace(token_to_kv_pool_allocator=allocator, reqs=reqs,
                             prefix_lens=[0, 0, 0], extend_lens=[5, 9, 2])
-    defrag._plan_extend(alloc_for_extend, batch)
+    allocator_hooks.plan_extend(alloc_for_extend, batch)
     for _ in range(4):
-        defrag._plan_decode(alloc_for_decode_default, batch, 1)
+        allocator_hooks.plan_decode(alloc_for_decode_default, batch, 1)
         cur = torch.tensor([r.kv.kv_allocated_len for r in reqs])
-        defrag._plan_spec_decode(alloc_for_spec_decode, SimpleNamespace(
+        allocator_hooks.plan_spec_decode(alloc_for_spec_decode, SimpleNamespace(
             token_to_kv_pool_allocator=allocator), rtp, reqs=reqs, req_pool_indices=None,
             cur_kv_lens=None, cur_kv_lens_cpu=cur, nxt_kv_lens=None, nxt_kv_lens_cpu=cur + 3,
             num_needed_tokens=9)
@@ -452,12 +459,12 @@ def test_fragmentation_log_every_n_steps_without_padding():
     records = []
     handler = logging.Handler()
     handler.emit = records.append
-    logger = logging.getLogger(defrag.__name__)
+    logger = logging.getLogger(fragmentation_log.__name__)
     logger.addHandler(handler)
     old_level = logger.level
     logger.setLevel(logging.INFO)  # not `.level =`: setLevel clears isEnabledFor's cache
     try:
-        log = defrag.FragmentationLog(every=2)
+        log = fragmentation_log.FragmentationLog(every=2)
         table = torch.tensor([[1, 2, 3, 0], [7, 5, 3, 1], [0, 0, 0, 0]])
         batch = SimpleNamespace(req_pool_indices=torch.tensor([0, 1, 2]),
                                 seq_lens=torch.tensor([3, 4, 1]), num_padding=1)
@@ -473,13 +480,13 @@ def test_fragmentation_log_every_n_steps_without_padding():
 
 
 def test_defrag_level_from_env(monkeypatch):
-    monkeypatch.delenv(defrag.ENV_VAR, raising=False)
-    assert defrag.defrag_level() == defrag.ALLOCATOR
-    monkeypatch.setenv(defrag.ENV_VAR, "0")
-    assert defrag.defrag_level() == defrag.OFF
-    monkeypatch.setenv(defrag.ENV_VAR, "yes")
+    monkeypatch.delenv(config.DEFRAG_ENV_VAR, raising=False)
+    assert config.defrag_level() == config.DEFRAG_ALLOCATOR
+    monkeypatch.setenv(config.DEFRAG_ENV_VAR, "0")
+    assert config.defrag_level() == config.DEFRAG_OFF
+    monkeypatch.setenv(config.DEFRAG_ENV_VAR, "yes")
     with pytest.raises(ValueError, match="VERIFY_OPS_DEFRAG must be 0 .* got 'yes'"):
-        defrag.defrag_level()
+        config.defrag_level()
 
 
 HOOKS_SCRIPT = textwrap.dedent("""
@@ -524,7 +531,7 @@ def test_install_registers_the_hooks_of_each_level(monkeypatch, level, targets):
     monkeypatch.setattr(HookRegistry, "register", classmethod(
         lambda cls, target, hook, hook_type: registered.append(target)))
     monkeypatch.setattr(defrag, "_installed", False)
-    monkeypatch.setenv(defrag.ENV_VAR, level)
+    monkeypatch.setenv(config.DEFRAG_ENV_VAR, level)
     defrag.install()
     defrag.install()  # idempotent
     assert sorted(t.rsplit(".", 2)[-2] + "." + t.rsplit(".", 1)[-1] for t in registered) == targets
@@ -538,7 +545,7 @@ def test_sglang_plugin_loader_applies_the_hooks():
     # hook registry skips a target it cannot import.
     pytest.importorskip("sglang.srt.managers.scheduler")
     child = subprocess.run([sys.executable, "-c", HOOKS_SCRIPT], capture_output=True,
-                           text=True, timeout=300, env={**os.environ, defrag.ENV_VAR: "2"})
+                           text=True, timeout=300, env={**os.environ, config.DEFRAG_ENV_VAR: "2"})
     assert child.returncode == 0, child.stderr[-5000:]
     expected = sorted(OUR_TARGETS + ["Scheduler.get_next_batch_to_run"])
     assert child.stdout.strip().splitlines()[-1] == f"2 2 2 {expected}", child.stderr[-5000:]

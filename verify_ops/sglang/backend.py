@@ -14,7 +14,7 @@ from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
 from ..trees import qlen_only_to_full_mask
-from .defrag import FragmentationLog
+from .fragmentation_log import FragmentationLog
 from .fallback import call_fallback_reason, log_fallback_once, model_fallback_reasons
 from .tree_mask import allocate_verify_mask, batch_tree_mask, copy_into
 

@@ -8,7 +8,7 @@ detokenizer); ``pyproject.toml`` points it at :func:`register`.
 
 from __future__ import annotations
 
-BACKEND_NAME = "verify_ops"
+from .config import BACKEND_NAME
 
 
 def register() -> None:
