@@ -23,9 +23,9 @@ import torch
 from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
 
-from ..fragmentation import Fragmentation, runs_per_request
-from .contiguous_alloc import attach
-from .relocation import OwnedSpan, relocate_fragmented
+from verify_ops.fragmentation import Fragmentation, runs_per_request
+from verify_ops.sglang.contiguous_alloc import attach
+from verify_ops.sglang.relocation import OwnedSpan, relocate_fragmented
 
 POLICIES = ("stock", "need_sort", "ours")
 

@@ -46,11 +46,9 @@ def test_backend_tests_in_triton_interpreter_child():
 
 @pytest.fixture()
 def sg():
-    if os.path.dirname(__file__) not in sys.path:  # e.g. under --import-mode=importlib
-        sys.path.insert(0, os.path.dirname(__file__))
-    import sglang_conftest  # defines SGLang's Triton kernels: only after TRITON_INTERPRET
+    from tests.support import sglang_objects  # defines SGLang's Triton kernels: only after TRITON_INTERPRET
 
-    return sglang_conftest
+    return sglang_objects
 
 
 def _gen(seed):

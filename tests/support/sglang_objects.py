@@ -1,7 +1,7 @@
 """Real SGLang objects for the backend tests and benchmark: pools, a stand-in
 ModelRunner, an EAGLE (topk > 1) TARGET_VERIFY batch, and the static inputs
 SGLang's decode graph runner captures a verify graph over. Everything lives on
-``Shape.device``. Not a pytest conftest: on CPU import it only once
+``Shape.device``. On CPU import it only once
 ``TRITON_INTERPRET=1`` is set, since Triton picks its interpreter when SGLang's
 kernels are defined; on CUDA SGLang's kernels run compiled.
 """
