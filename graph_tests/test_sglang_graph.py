@@ -13,8 +13,6 @@ lengths (0 and 1 among them), rows, slots, trees and q/k/v at every replay.
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -44,12 +42,9 @@ REPLAY_PREFIX_LENS = [(4100, 0, 1, 2999, 37), (0, 1), (1, 7000, 0, 12), (2048,) 
 
 @pytest.fixture(scope="module")
 def sg():
-    tests_dir = str(Path(__file__).resolve().parents[1] / "tests")
-    if tests_dir not in sys.path:
-        sys.path.insert(0, tests_dir)
-    import sglang_conftest  # compiled Triton here: this process is not interpreted
+    from tests.support import sglang_objects  # compiled Triton here: not interpreted
 
-    return sglang_conftest
+    return sglang_objects
 
 
 def _shape(sg, heads, tree, prefix_lens):
@@ -139,7 +134,7 @@ def _capture(run_once):
 @dataclasses.dataclass
 class CapturedVerify:
     backend: object
-    inputs: object  # sglang_conftest.GraphInputs
+    inputs: object  # tests.support.sglang_objects.GraphInputs
     graph: torch.cuda.CUDAGraph
     out: torch.Tensor
 
