@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 
-from .config import verify_ops_configured
+from .compat import verify_ops_configured
 from .contiguous_alloc import attach, state_of
 
 _ALLOCATORS = "sglang.srt.mem_cache.allocator"

@@ -7,6 +7,9 @@ import it without an import circle.
 - ``VERIFY_OPS_DEFRAG`` = ``0`` (off), ``1`` (default: Tier 0 and the
   contiguity-aware allocator, plus the fragmentation log) or ``2`` (also Tier 1,
   live relocation); see :mod:`.defrag`.
+- ``VERIFY_OPS_LOG_VERIFY=1``: the backend logs one INFO line per
+  TARGET_VERIFY batch saying whether the op or Triton's fallback served it;
+  see :mod:`.stats`.
 """
 
 from __future__ import annotations
@@ -28,11 +31,9 @@ def defrag_level() -> int:
     return int(value)
 
 
-def verify_ops_configured() -> bool:
-    """Whether this process's server args pick the verify_ops backend for some phase."""
-    from sglang.srt.runtime_context import attention_backends
+# 1: one INFO line per TARGET_VERIFY batch saying what served it (stats.py).
+LOG_VERIFY_ENV_VAR = "VERIFY_OPS_LOG_VERIFY"
 
-    try:
-        return BACKEND_NAME in attention_backends()
-    except ValueError:  # no server args published: not a server process
-        return False
+
+def log_verify() -> bool:
+    return os.environ.get(LOG_VERIFY_ENV_VAR, "0") not in ("", "0")
