@@ -41,6 +41,7 @@ from verify_ops.sglang import (  # noqa: E402
     live_relocation,
     relocation,
 )
+from verify_ops.sglang.compat import alloc_req_rows  # noqa: E402
 from verify_ops.sglang.contiguous_alloc import attach  # noqa: E402
 from verify_ops.sglang.relocation import OwnedSpan, relocate_fragmented  # noqa: E402
 
@@ -116,7 +117,7 @@ def fragmented_scene(device, page_size=1, prefix_lens=(37, 0, 90, 5, 61), num_la
     attach(allocator)
     rtp = ReqToTokenPool(size=len(prefix_lens) + 2, max_context_len=256, device=device,
                          enable_memory_saver=False)
-    rows = rtp.alloc_rows(len(prefix_lens))
+    rows = alloc_req_rows(rtp, len(prefix_lens))
     targets = [-(-(n + NUM_DRAFTS + 3) // page_size) * page_size for n in prefix_lens]
     allocated = [0] * len(rows)
     while any(a < t for a, t in zip(allocated, targets)):
@@ -424,7 +425,7 @@ def test_sglang_call_site_plans_keep_requests_contiguous():
             offset += count
 
     def alloc_for_extend(batch):  # rows are assigned inside, before the slots
-        for req, row in zip(batch.reqs, rtp.alloc_rows(len(batch.reqs))):
+        for req, row in zip(batch.reqs, alloc_req_rows(rtp, len(batch.reqs))):
             req.kv.req_pool_idx = row
         write(allocator.alloc(sum(batch.extend_lens)), batch.reqs, batch.prefix_lens,
               batch.extend_lens)

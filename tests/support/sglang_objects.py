@@ -9,6 +9,7 @@ kernels are defined; on CUDA SGLang's kernels run compiled.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Optional
@@ -31,13 +32,14 @@ from sglang.srt.model_executor.forward_batch_info import (
     ForwardMode,
 )
 from sglang.srt.model_executor.runner.decode_cuda_graph_runner import build_replay_fb_view
-from sglang.srt.runtime_context import get_context, get_parallel
+from sglang.srt.runtime_context import get_context, get_parallel, get_server_args
 from sglang.srt.speculative.eagle_info import EagleVerifyInput
 from sglang.srt.speculative.eagle_utils import organize_draft_results
 from sglang.srt.speculative.spec_utils import select_top_k_tokens
 
 from verify_ops import tree_attn_ref
 from verify_ops.sglang.backend import VerifyOpsAttnBackend
+from verify_ops.sglang.compat import alloc_req_rows
 from verify_ops.sglang.tree_mask import allocate_verify_mask
 
 
@@ -124,7 +126,8 @@ def stand_in_runner(shape: Shape, model=None) -> SimpleNamespace:
         req_to_token_pool=req_to_token_pool, token_to_kv_pool=kv_pool,
         token_to_kv_pool_allocator=allocator, sliding_window_size=shape.window,
         page_size=page_size, model_config=model_config, is_draft_worker=False, device=device,
-        gpu_id=0, decode_num_tokens_per_req=lambda **_: shape.num_drafts)
+        gpu_id=0, decode_num_tokens_per_req=lambda **_: shape.num_drafts,
+        server_args=get_server_args())  # SGLang 0.5.17 reads the runner's
     if model is not None:
         runner.model = model
     try:  # SGLang 0.5.23's id translation; 0.5.17 has none
@@ -248,7 +251,7 @@ class VerifyBatch:
 def place_batch(shape: Shape, runner, gen: torch.Generator) -> VerifyBatch:
     """Give each request a row and shuffled slots from SGLang's allocators, and
     fill every layer's K/V pool with random values so a wrong slot shows."""
-    rows = runner.req_to_token_pool.alloc_rows(shape.bs + 1)[1:]  # skip one: rows not 1..bs
+    rows = alloc_req_rows(runner.req_to_token_pool, shape.bs + 1)[1:]  # rows not 1..bs
     rows = torch.tensor(rows)[torch.randperm(shape.bs, generator=gen)]
     lens = [n + shape.num_drafts for n in shape.prefix_lens]
     page = shape.page_size
@@ -412,11 +415,14 @@ def stage_replay(shape: Shape, inputs: GraphInputs, fb: ForwardBatch) -> SimpleN
             (inputs.seq_lens, fb.seq_lens, fill), (inputs.seq_lens_cpu, fb.seq_lens_cpu, fill)):
         static[: value.shape[0]].copy_(value)
         static[value.shape[0]:].fill_(pad)
-    return build_replay_fb_view(
+    view_args = dict(
         forward_batch=fb, buffers=inputs, bs=inputs.max_bs, raw_bs=fb.batch_size,
         num_tokens=inputs.max_bs * shape.num_drafts, global_num_tokens_cpu=None,
         seq_len_fill_value=fill, capture_forward_mode=ForwardMode.TARGET_VERIFY,
         is_encoder_decoder=False)
+    if "global_num_tokens_cpu" not in inspect.signature(build_replay_fb_view).parameters:
+        del view_args["global_num_tokens_cpu"]  # SGLang 0.5.17
+    return build_replay_fb_view(**view_args)
 
 
 # -- one eager TARGET_VERIFY forward, as the model runner drives it -------------

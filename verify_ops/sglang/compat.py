@@ -68,3 +68,13 @@ def kv_write_loc(forward_batch, swa_loc: Optional[torch.Tensor] = None):
     if hasattr(KVWriteLoc, "for_batch"):
         return KVWriteLoc.for_batch(forward_batch, swa_loc=swa_loc)
     return KVWriteLoc(forward_batch.out_cache_loc, swa_loc)
+
+
+def alloc_req_rows(req_to_token_pool, count: int) -> Optional[list]:
+    """``count`` free rows of a ``ReqToTokenPool`` (``alloc_rows`` since 0.5.23;
+    0.5.17 allocates rows for request objects), None when too few are free."""
+    if hasattr(req_to_token_pool, "alloc_rows"):
+        return req_to_token_pool.alloc_rows(count)
+    from types import SimpleNamespace
+
+    return req_to_token_pool.alloc([SimpleNamespace(req_pool_idx=None) for _ in range(count)])
