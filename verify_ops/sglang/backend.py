@@ -184,7 +184,7 @@ class VerifyOpsAttnBackend(TritonAttnBackend):
             return self._forward_verify_fallback(reason, q, k, v, layer, forward_batch,
                                                  save_kv_cache, sinks, **kwargs)
         batch = self.batch
-        if not batch.counted:
+        if not (batch.counted or self.metadata_from_graph):  # graphs count per replay
             batch.counted = True
             stats.record_served(batch.bs, batch.num_drafts)
         window = batch.window if in_window_pool else None
