@@ -2,7 +2,8 @@
 
 - Tier 0: ``TokenToKVPoolAllocator`` and ``PagedTokenToKVPoolAllocator`` are
   built with ``need_sort=True`` and get the placement policy of
-  :mod:`.contiguous_alloc`.
+  :mod:`.contiguous_alloc` (where their internals are SGLang 0.5.23's; under
+  0.5.17 Tier 0 alone, logged once).
 - SGLang's ``alloc_for_extend``, ``alloc_for_decode_default`` and
   ``alloc_for_spec_decode`` tell the token allocator which request each slot
   is for (the paged allocator reads that from ``last_loc``).
@@ -14,23 +15,33 @@ in SGLang's ``HookRegistry``; :mod:`.defrag` registers them.
 from __future__ import annotations
 
 import inspect
+import logging
 
 from .compat import verify_ops_configured
-from .contiguous_alloc import attach, state_of
+from .contiguous_alloc import attach, state_of, unsupported_reason
+
+logger = logging.getLogger(__name__)
 
 _ALLOCATORS = "sglang.srt.mem_cache.allocator"
 _ALLOCATION = "sglang.srt.mem_cache.allocation"
 
 
 def hooks() -> dict:
-    """``{dotted target: AROUND hook}`` for every allocator hook."""
-    return {
+    """``{dotted target: AROUND hook}`` for every allocator hook this SGLang can take:
+    Tier 0 always; the policy's plans where its allocators have what it needs."""
+    targets = {
         f"{_ALLOCATORS}.token.TokenToKVPoolAllocator.__init__": build_allocator,
         f"{_ALLOCATORS}.paged.PagedTokenToKVPoolAllocator.__init__": build_allocator,
-        f"{_ALLOCATION}.alloc_for_extend": plan_extend,
-        f"{_ALLOCATION}.alloc_for_decode_default": plan_decode,
-        f"{_ALLOCATION}.alloc_for_spec_decode": plan_spec_decode,
     }
+    reason = unsupported_reason()
+    if reason is not None:
+        logger.warning("verify_ops defrag: %s; contiguity-aware allocation and live "
+                       "relocation stay off (Tier 0, need_sort, stays on)", reason)
+        return targets
+    return {**targets,
+            f"{_ALLOCATION}.alloc_for_extend": plan_extend,
+            f"{_ALLOCATION}.alloc_for_decode_default": plan_decode,
+            f"{_ALLOCATION}.alloc_for_spec_decode": plan_spec_decode}
 
 
 def build_allocator(original, allocator, *args, **kwargs):
@@ -44,7 +55,8 @@ def build_allocator(original, allocator, *args, **kwargs):
     call = inspect.signature(original).bind(allocator, *args, **kwargs)
     call.arguments["need_sort"] = True  # Tier 0
     original(*call.args, **call.kwargs)
-    attach(allocator)
+    if unsupported_reason() is None:
+        attach(allocator)
 
 
 def plan_extend(original, batch):

@@ -289,11 +289,28 @@ class ContiguousAllocation:
         return (pages[:, None] * self.page_size + torch.arange(self.page_size)).reshape(-1)
 
 
+# The allocator internals the policy takes over or calls, as SGLang 0.5.23 has them
+# (0.5.17 frees through other paths: the policy stays off there).
+_TOKEN_INTERNALS = ("get_all_free_pages", "_copy_for_free_group")
+_PAGED_INTERNALS = ("get_all_free_pages", "_release_page_ids")
+
+
+def unsupported_reason() -> Optional[str]:
+    """Why this SGLang's allocators cannot take the policy, or None."""
+    missing = [f"{cls.__name__}.{name}" for cls, names in (
+        (TokenToKVPoolAllocator, _TOKEN_INTERNALS), (PagedTokenToKVPoolAllocator, _PAGED_INTERNALS))
+        for name in names if not hasattr(cls, name)]
+    return f"this SGLang's allocators lack {', '.join(missing)}" if missing else None
+
+
 def attach(allocator) -> ContiguousAllocation:
     """Make one stock token or paged allocator contiguity-aware; idempotent."""
     if type(allocator) not in (TokenToKVPoolAllocator, PagedTokenToKVPoolAllocator):
         raise TypeError("contiguity-aware allocation hooks TokenToKVPoolAllocator and "
                         f"PagedTokenToKVPoolAllocator only, got {type(allocator).__name__}")
+    reason = unsupported_reason()
+    if reason is not None:
+        raise TypeError(f"contiguity-aware allocation: {reason}")
     state = state_of(allocator)
     if state is None:
         state = ContiguousAllocation(allocator)
