@@ -1,7 +1,7 @@
 """Real SGLang objects for the backend tests and benchmark: pools, a stand-in
 ModelRunner, an EAGLE (topk > 1) TARGET_VERIFY batch, and the static inputs
 SGLang's decode graph runner captures a verify graph over. Everything lives on
-``Shape.device``. Not a pytest conftest: on CPU import it only once
+``Shape.device``. On CPU import it only once
 ``TRITON_INTERPRET=1`` is set, since Triton picks its interpreter when SGLang's
 kernels are defined; on CUDA SGLang's kernels run compiled.
 """
@@ -9,31 +9,37 @@ kernels are defined; on CUDA SGLang's kernels run compiled.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Optional
 
 import torch
-from sglang.kernels.ops.speculative.spec_tree import TreeMaskMode, sgl_build_tree_kernel_triton
+try:  # the tree kernel's home moved between SGLang 0.5.17 and 0.5.23
+    from sglang.kernels.ops.speculative.spec_tree import TreeMaskMode, sgl_build_tree_kernel_triton
+except ImportError:
+    from sglang.srt.speculative.eagle_utils import TreeMaskMode, sgl_build_tree_kernel_triton
 from sglang.srt.configs.model_config import AttentionArch
 from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 from sglang.srt.layers.radix_attention import RadixAttention
-from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
-from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 from sglang.srt.model_executor.forward_batch_info import (
     CaptureHiddenMode,
     ForwardBatch,
     ForwardMode,
 )
 from sglang.srt.model_executor.runner.decode_cuda_graph_runner import build_replay_fb_view
-from sglang.srt.runtime_context import get_context, get_parallel
+from sglang.srt.runtime_context import get_context, get_parallel, get_server_args
 from sglang.srt.speculative.eagle_info import EagleVerifyInput
 from sglang.srt.speculative.eagle_utils import organize_draft_results
 from sglang.srt.speculative.spec_utils import select_top_k_tokens
 
 from verify_ops import tree_attn_ref
 from verify_ops.sglang.backend import VerifyOpsAttnBackend
+from verify_ops.sglang.compat import alloc_req_rows
 from verify_ops.sglang.tree_mask import allocate_verify_mask
 
 
@@ -52,6 +58,16 @@ class Shape:
     dtype: torch.dtype = torch.float16
     device: str = "cpu"
     layer_num: int = 1  # KV pool layers; each has its own K/V buffers
+    kv_dtype: Optional[torch.dtype] = None  # the KV pool's (fp8); None: ``dtype``
+    page_size: int = 1
+    # Layers whose K/V live in the sliding-window sub-pool of an SWAKVPool
+    # (``window`` tokens); none: one MHATokenToKVPool.
+    swa_layers: tuple[int, ...] = ()
+    window: Optional[int] = None  # the runner's sliding_window_size
+
+    @property
+    def cache_dtype(self) -> torch.dtype:
+        return self.kv_dtype or self.dtype
 
     @property
     def bs(self) -> int:
@@ -82,26 +98,69 @@ def stand_in_runner(shape: Shape, model=None) -> SimpleNamespace:
         linear_attn_registry_result=None,
         get_max_num_attention_heads=lambda: shape.num_q_heads,
         get_num_kv_heads=lambda tp_size, dcp_size=1: shape.num_kv_heads)
-    device = shape.device
+    device, page_size = shape.device, shape.page_size
     req_to_token_pool = ReqToTokenPool(size=shape.req_rows, max_context_len=shape.context_len,
                                        device=device, enable_memory_saver=False)
-    kv_pool = MHATokenToKVPool(
-        size=shape.pool_slots, page_size=1, dtype=shape.dtype, head_num=shape.num_kv_heads,
-        head_dim=shape.head_dim, layer_num=shape.layer_num, device=device,
-        enable_memory_saver=False, enable_alt_stream=False)
-    allocator = TokenToKVPoolAllocator(size=shape.pool_slots, dtype=shape.dtype, device=device,
-                                       kvcache=kv_pool, need_sort=False)
+    pool_args = dict(page_size=page_size, dtype=shape.cache_dtype, head_num=shape.num_kv_heads,
+                     head_dim=shape.head_dim, device=device, enable_alt_stream=False)
+    alloc_args = dict(dtype=shape.cache_dtype, device=device, need_sort=False)
+    if shape.swa_layers:
+        full_layers = [i for i in range(shape.layer_num) if i not in shape.swa_layers]
+        kv_pool = SWAKVPool(size=shape.pool_slots, size_swa=shape.pool_slots,
+                            swa_attention_layer_ids=list(shape.swa_layers),
+                            full_attention_layer_ids=full_layers, **pool_args)
+        allocator = SWATokenToKVPoolAllocator(size=shape.pool_slots, size_swa=shape.pool_slots,
+                                              page_size=page_size, kvcache=kv_pool, **alloc_args)
+        # Hold some window slots back, so that a full slot and its window slot differ.
+        allocator.swa_attn_allocator.alloc(shape.pool_slots // 8)
+    else:
+        kv_pool = MHATokenToKVPool(size=shape.pool_slots, layer_num=shape.layer_num,
+                                   enable_memory_saver=False, **pool_args)
+        if page_size == 1:
+            allocator = TokenToKVPoolAllocator(size=shape.pool_slots, kvcache=kv_pool,
+                                               **alloc_args)
+        else:
+            allocator = PagedTokenToKVPoolAllocator(size=shape.pool_slots, page_size=page_size,
+                                                    kvcache=kv_pool, **alloc_args)
     runner = SimpleNamespace(
         req_to_token_pool=req_to_token_pool, token_to_kv_pool=kv_pool,
-        token_to_kv_pool_allocator=allocator, sliding_window_size=None, page_size=1,
-        model_config=model_config, is_draft_worker=False, device=device, gpu_id=0,
-        decode_num_tokens_per_req=lambda **_: shape.num_drafts)
+        token_to_kv_pool_allocator=allocator, sliding_window_size=shape.window,
+        page_size=page_size, model_config=model_config, is_draft_worker=False, device=device,
+        gpu_id=0, decode_num_tokens_per_req=lambda **_: shape.num_drafts,
+        server_args=get_server_args())  # SGLang 0.5.17 reads the runner's
     if model is not None:
         runner.model = model
-    runner.kv_index_translator = KVIndexTranslator(
-        req_to_token=req_to_token_pool.req_to_token, token_to_kv_pool_allocator=allocator,
-        token_to_kv_pool=kv_pool, page_size=1, device=device)
+    try:  # SGLang 0.5.23's id translation; 0.5.17 has none
+        from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+    except ImportError:
+        runner.kv_index_translator = None
+    else:
+        runner.kv_index_translator = KVIndexTranslator(
+            req_to_token=req_to_token_pool.req_to_token, token_to_kv_pool_allocator=allocator,
+            token_to_kv_pool=kv_pool, page_size=page_size, device=device)
     return runner
+
+
+def bind_plan(runner, fb, runner_slots: bool = False) -> None:
+    """Bind the batch's KV plan, where this SGLang has plans (0.5.23)."""
+    if runner.kv_index_translator is not None:
+        if runner_slots:
+            runner.kv_index_translator.bind_runner_slots(fb)
+        else:
+            runner.kv_index_translator.bind_own_plan(fb)
+
+
+def full_to_swa(runner) -> Optional[torch.Tensor]:
+    """Full-pool slot -> sliding-window-pool slot, for an SWAKVPool."""
+    return getattr(runner.token_to_kv_pool, "full_to_swa_index_mapping", None)
+
+
+def pool_slots(runner, layer_id: int, slots: torch.Tensor) -> torch.Tensor:
+    """Where ``layer_id`` keeps the K/V of full-pool ``slots``."""
+    mapping = getattr(runner.token_to_kv_pool, "layers_mapping", None)
+    if mapping is not None and mapping[layer_id][1]:
+        return full_to_swa(runner)[slots.long()]
+    return slots
 
 
 def attention_layer(shape: Shape, layer_id: int = 0, **kwargs) -> RadixAttention:
@@ -192,12 +251,22 @@ class VerifyBatch:
 def place_batch(shape: Shape, runner, gen: torch.Generator) -> VerifyBatch:
     """Give each request a row and shuffled slots from SGLang's allocators, and
     fill every layer's K/V pool with random values so a wrong slot shows."""
-    rows = runner.req_to_token_pool.alloc_rows(shape.bs + 1)[1:]  # skip one: rows not 1..bs
+    rows = alloc_req_rows(runner.req_to_token_pool, shape.bs + 1)[1:]  # rows not 1..bs
     rows = torch.tensor(rows)[torch.randperm(shape.bs, generator=gen)]
     lens = [n + shape.num_drafts for n in shape.prefix_lens]
-    slots = runner.token_to_kv_pool_allocator.alloc(2 * sum(lens))
-    shuffle = torch.randperm(slots.numel(), generator=gen).to(slots.device)
-    slots = slots[shuffle][: sum(lens)]  # fragmented
+    page = shape.page_size
+    pages = [-(-n // page) for n in lens]
+    slots = runner.token_to_kv_pool_allocator.alloc(2 * sum(pages) * page)
+    # Fragmented: whole pages shuffled, each request's tokens filling its pages in order.
+    page_starts = slots.view(-1, page)[:, 0]
+    page_starts = page_starts[torch.randperm(page_starts.numel(), generator=gen).to(slots.device)]
+    offsets = torch.arange(page, device=slots.device)
+    slots, first = [], 0
+    for n, count in zip(lens, pages):
+        tokens = (page_starts[first: first + count, None] + offsets[None, :]).flatten()[:n]
+        slots.append(tokens)
+        first += count
+    slots = torch.cat(slots)
     req_to_token, draft_slots, start = runner.req_to_token_pool.req_to_token, [], 0
     for row, prefix, n in zip(rows.tolist(), shape.prefix_lens, lens):
         req_to_token[row, :n] = slots[start: start + n].to(torch.int32)
@@ -216,7 +285,11 @@ def fill_random(buffer: torch.Tensor, gen: torch.Generator) -> None:
     """Standard normal values drawn where ``buffer`` lives (a CPU draw of a
     long-context pool would take minutes), seeded from ``gen``."""
     seed = int(torch.randint(2 ** 62, (1,), generator=gen))
-    buffer.normal_(generator=torch.Generator(buffer.device).manual_seed(seed))
+    draw = torch.Generator(buffer.device).manual_seed(seed)
+    if buffer.dtype.is_floating_point and buffer.element_size() == 1:  # fp8: no normal_
+        buffer.copy_(torch.empty(buffer.shape, device=buffer.device).normal_(generator=draw))
+    else:
+        buffer.normal_(generator=draw)
 
 
 def forward_batch(shape: Shape, runner, batch: VerifyBatch, spec_info) -> ForwardBatch:
@@ -227,7 +300,7 @@ def forward_batch(shape: Shape, runner, batch: VerifyBatch, spec_info) -> Forwar
         seq_lens=batch.seq_lens, out_cache_loc=batch.out_cache_loc,
         seq_lens_sum=int(batch.seq_lens.sum()), seq_lens_cpu=batch.seq_lens.cpu(),
         positions=spec_info.positions, spec_info=spec_info)
-    runner.kv_index_translator.bind_own_plan(fb)
+    bind_plan(runner, fb)
     return fb
 
 
@@ -243,14 +316,27 @@ def random_qkv(shape: Shape, gen: torch.Generator):
 
 
 def reference(shape: Shape, runner, batch: VerifyBatch, q: torch.Tensor,
-              tree_mask: torch.Tensor, layer_id: int = 0) -> torch.Tensor:
-    """The float64 reference over layer ``layer_id``'s pool, ``[bs*D, Hq, d]``; call it
-    after a forward stored the drafts' K/V."""
+              tree_mask: torch.Tensor, layer_id: int = 0, layer: RadixAttention = None,
+              sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The float64 reference over layer ``layer_id``'s pool, ``[bs*D, Hq, d]``, with
+    ``layer``'s options (scales of an fp8 pool, soft-cap, window) and ``sinks``;
+    call it after a forward stored the drafts' K/V."""
     pool = runner.token_to_kv_pool
+    options = {}
+    if layer is not None:
+        layer_id = layer.layer_id
+        if layer.k_scale is not None and shape.cache_dtype != shape.dtype:
+            options.update(k_scale=layer.k_scale.reshape(1).float(),
+                           v_scale=layer.v_scale.reshape(1).float())
+        options.update(logit_cap=float(layer.logit_cap or 0.0),
+                       sliding_window=max(-1, layer.sliding_window_size))
+    if sinks is not None:
+        options["sinks"] = sinks.float()
+    req_to_token = pool_slots(runner, layer_id, runner.req_to_token_pool.req_to_token)
     return tree_attn_ref(q.reshape(-1, shape.num_q_heads, shape.head_dim),
                          pool.get_key_buffer(layer_id), pool.get_value_buffer(layer_id),
-                         runner.req_to_token_pool.req_to_token, batch.req_pool_indices,
-                         batch.seq_lens, tree_mask, shape.head_dim ** -0.5)
+                         req_to_token, batch.req_pool_indices, batch.seq_lens, tree_mask,
+                         shape.head_dim ** -0.5, **options)
 
 
 def build_backends(shape: Shape):
@@ -313,7 +399,7 @@ def capture_batch(shape: Shape, runner, inputs: GraphInputs) -> ForwardBatch:
         out_cache_loc=inputs.out_cache_loc, seq_lens_sum=int(inputs.seq_lens_cpu.sum()),
         positions=inputs.positions, spec_info=spec_info,
         capture_hidden_mode=CaptureHiddenMode.FULL)
-    runner.kv_index_translator.bind_runner_slots(fb)
+    bind_plan(runner, fb, runner_slots=True)
     return fb
 
 
@@ -329,8 +415,46 @@ def stage_replay(shape: Shape, inputs: GraphInputs, fb: ForwardBatch) -> SimpleN
             (inputs.seq_lens, fb.seq_lens, fill), (inputs.seq_lens_cpu, fb.seq_lens_cpu, fill)):
         static[: value.shape[0]].copy_(value)
         static[value.shape[0]:].fill_(pad)
-    return build_replay_fb_view(
+    view_args = dict(
         forward_batch=fb, buffers=inputs, bs=inputs.max_bs, raw_bs=fb.batch_size,
         num_tokens=inputs.max_bs * shape.num_drafts, global_num_tokens_cpu=None,
         seq_len_fill_value=fill, capture_forward_mode=ForwardMode.TARGET_VERIFY,
         is_encoder_decoder=False)
+    if "global_num_tokens_cpu" not in inspect.signature(build_replay_fb_view).parameters:
+        del view_args["global_num_tokens_cpu"]  # SGLang 0.5.17
+    return build_replay_fb_view(**view_args)
+
+
+# -- one eager TARGET_VERIFY forward, as the model runner drives it -------------
+
+
+def set_kv_scales(layer: RadixAttention, k_scale: float, v_scale: float) -> None:
+    """The layer's KV scales as SGLang's ``BaseKVCacheMethod`` leaves them after loading."""
+    layer.k_scale = torch.nn.Parameter(torch.tensor(k_scale), requires_grad=False)
+    layer.v_scale = torch.nn.Parameter(torch.tensor(v_scale), requires_grad=False)
+    layer.k_scale_float, layer.v_scale_float = k_scale, v_scale
+
+
+def poison_draft_slots(runner, batch: VerifyBatch, layers) -> None:
+    """NaN in the drafts' pool slots of every layer: each backend must store the
+    drafts' K/V itself before attending to them."""
+    pool = runner.token_to_kv_pool
+    for layer in layers:
+        slots = pool_slots(runner, layer.layer_id, batch.out_cache_loc)
+        for buffer in (pool.get_key_buffer(layer.layer_id),
+                       pool.get_value_buffer(layer.layer_id)):
+            buffer[slots] = float("nan")
+
+
+def run_verify(shape: Shape, backend, runner, batch: VerifyBatch, tree: DraftTree, q, k, v,
+               layer: RadixAttention, **kwargs):
+    """The drafter writes the mask, then one eager TARGET_VERIFY forward into a NaN
+    output; returns (output, the mask as written, the ForwardBatch)."""
+    mask = write_tree_mask(shape, tree, batch.seq_lens, backend)
+    fb = forward_batch(shape, runner, batch, verify_input(shape, tree, mask, batch.seq_lens))
+    poison_draft_slots(runner, batch, [layer])
+    fb._attn_output = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
+    backend.init_forward_metadata(fb)
+    out = backend.forward(q, k, v, layer, fb, **kwargs)
+    assert out.data_ptr() == fb._attn_output.data_ptr()
+    return out, mask, fb

@@ -23,9 +23,10 @@ import torch
 from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
 
-from ..fragmentation import Fragmentation, runs_per_request
-from .contiguous_alloc import attach
-from .relocation import OwnedSpan, relocate_fragmented
+from verify_ops.fragmentation import Fragmentation, runs_per_request
+from verify_ops.sglang.compat import alloc_req_rows
+from verify_ops.sglang.contiguous_alloc import attach
+from verify_ops.sglang.relocation import OwnedSpan, relocate_fragmented
 
 POLICIES = ("stock", "need_sort", "ours")
 
@@ -163,7 +164,7 @@ class ChurnSimulation:
             batch.append(self.waiting.pop(0))
         if not batch:
             return
-        for req, row in zip(batch, self.req_to_token_pool.alloc_rows(len(batch))):
+        for req, row in zip(batch, alloc_req_rows(self.req_to_token_pool, len(batch))):
             req.row = row
         if self._extend(batch, [r.prompt for r in batch]):
             self.running.extend(batch)
