@@ -25,10 +25,14 @@ sinks included. What the backend (``backend.py``) must call, and where:
 1. ``__init__``: when ``self.dcp_size > 1`` and the model qualifies (below),
    ``self.dcp_verify = DcpTreeVerify.from_sglang()`` instead of the
    "decode context parallelism" fallback reason in ``fallback.py``.
-2. ``init_forward_metadata`` / ``init_forward_metadata_out_graph`` (verify
-   batches): ``self.dcp_verify.begin_batch(self.req_to_token,
+2. ``self.dcp_verify.begin_batch(self.req_to_token,
    forward_batch.req_pool_indices, forward_batch.seq_lens, self.tree_mask)``
-   after the tree mask is set. Device ops only, capture-safe.
+   for each verify batch, after the tree mask is set: in
+   ``init_forward_metadata`` when eager, and under CUDA graphs in
+   ``init_forward_metadata_in_graph`` (inside the capture), so that every
+   replay re-derives the local rows and plans from the graph's static
+   buffers; it allocates, so calling it out of the graph would leave the
+   captured kernels reading stale tensors. Device ops only, no sync.
 3. ``forward_extend`` (verify): ``self.dcp_verify.write_drafts(
    self.token_to_kv_pool, layer, forward_batch, k, v)`` instead of the plain
    ``set_kv_buffer``, then ``return self.dcp_verify.forward(q, k, v, layer,
