@@ -9,9 +9,9 @@ states and a merge give every rank the answer over the whole prefix.
 Where the drafts go. The D draft keys are computed in exactly one place: a
 separate *draft state* over the step's fresh draft K/V (``[bs*D, Hkv, d]``,
 the K/V projections of the verified tokens), merged once, after the prefix
-states are combined. So the drafts never depend on which rank owns their
-pool slots (SGLang's DCP writes a draft by the residue of its slot, and tree
-drafts share positions), no rank needs a neighbour's draft KV, and it is
+states are combined. So the answer never depends on which rank's pool holds
+a draft (tree drafts share positions, so an owner by position and an owner
+by slot disagree for them), no rank needs a neighbour's draft KV, and it is
 what SGLang's own DCP extend does with the new tokens. It costs one small op
 call (D keys per request) per layer.
 
