@@ -1,13 +1,26 @@
-"""The kernels bench/ compares. Each builds per-layer calls over a Workload.
+"""The kernels bench/ compares, each called as its user calls it for tree verify.
 
-``prepare(workload)`` does the untimed setup (gathers, masks, compiles) and
-returns one zero-argument call per layer; each call returns that layer's
-output as ``[bs*D, Hq, d]``. Baselines get their KV gathered and masks built
-beforehand, as the anchors in ../shared/anchors/ were measured.
+Three of them are attention functions over SGLang's native KV pool, built once
+per verify step (the untimed setup: indices, masks, FlashInfer's plan) and
+called once per layer; ``bench/model_step.py`` swaps them inside a model:
+
+    attend = ATTENTIONS[name](w)          # w: a Workload (its layers unused)
+    attend(q, k_new, v_new, k_cache, v_cache, out)
+
+with q and out ``[bs*D, Hq, d]``, k_new and v_new ``[bs*D, Hkv, d]`` (the drafts'
+K and V, already written to the pool at their slots; only Triton reads them)
+and the caches ``[pool, Hkv, d]``, all bf16.
+
+``METHODS[name](workload)`` does a kernel table case's setup and returns one
+zero-argument call per layer, each returning that layer's output
+``[bs*D, Hq, d]``. SDPA and FlexAttention get their KV gathered and masks built
+beforehand, as the anchors in ../shared/anchors/ were measured. A method whose
+package is missing raises MethodUnavailable, which the table reports as a skip.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -18,19 +31,25 @@ from verify_ops.trees import qlen_only_to_full_mask
 from .workload import Workload
 
 LayerCall = Callable[[], torch.Tensor]
+Attention = Callable[..., torch.Tensor]
+
+# SGLang 0.5.23's SGLANG_FLASHINFER_WORKSPACE_SIZE default (srt/environ.py); it
+# raises it to 512 MB for Qwen2/Qwen3 models, which bench/model_step.py passes.
+FLASHINFER_WORKSPACE_BYTES = 384 << 20
 
 
-def prepare_verify_ops(w: Workload) -> list[LayerCall]:
-    calls = []
-    for i in range(len(w.layers)):
-        case = w.case(i)
-        out = torch.empty_like(case.q)
+class MethodUnavailable(RuntimeError):
+    """The method's package is not importable here: its rows say so and are not timed."""
 
-        def call(case=case, out=out):
-            verify_ops.tree_attn_out(*case.args(), out)
-            return out
-        calls.append(call)
-    return calls
+
+def verify_ops_attention(w: Workload) -> Attention:
+    """verify_ops.tree_attn_out over the pool, as the verify_ops SGLang backend calls it."""
+    args = (w.req_to_token, w.req_pool_indices, w.seq_lens, w.tree_mask, w.sm_scale)
+
+    def attend(q, k_new, v_new, k_cache, v_cache, out):
+        verify_ops.tree_attn_out(q, k_cache, v_cache, *args, out)
+        return out
+    return attend
 
 
 def _slots(w: Workload) -> torch.Tensor:
@@ -39,38 +58,151 @@ def _slots(w: Workload) -> torch.Tensor:
     return rows[:, : w.shape.seq_len + w.shape.num_drafts].long()
 
 
-def prepare_triton(w: Workload) -> list[LayerCall]:
+def triton_attention(w: Workload) -> Attention:
     """SGLang's Triton extend_attention_fwd with a FULL_MASK custom mask, as its verify runs.
 
     is_causal=True as TritonAttnBackend.forward_extend passes it for TARGET_VERIFY
     (sglang 0.5.23 srt/layers/attention/triton_backend.py: ``causal = True``).
     """
-    from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
+    try:
+        from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
+    except ImportError as exc:
+        raise MethodUnavailable(f"sglang's Triton kernels not importable: {exc}") from None
 
     s = w.shape
-    slots = _slots(w)
-    prefix_slots, draft_slots = slots[:, : s.seq_len], slots[:, s.seq_len:]
-    kv_indices = prefix_slots.flatten().contiguous()
+    kv_indices = _slots(w)[:, : s.seq_len].flatten().contiguous()
     device = w.tree_mask.device
     kv_indptr = torch.arange(0, s.batch + 1, device=device, dtype=torch.int32) * s.seq_len
     qo_indptr = torch.arange(0, s.batch + 1, device=device, dtype=torch.int32) * s.num_drafts
     custom_mask = qlen_only_to_full_mask(w.tree_mask, w.seq_lens.cpu()).to(device)
     mask_indptr = torch.arange(0, s.batch + 1, device=device, dtype=torch.int32) * (
         s.num_drafts * (s.seq_len + s.num_drafts))
+
+    def attend(q, k_new, v_new, k_cache, v_cache, out):
+        extend_attention_fwd(q, k_new, v_new, out, k_cache, v_cache, qo_indptr, kv_indptr,
+                             kv_indices, custom_mask, True, mask_indptr, s.num_drafts, 1.0, 1.0,
+                             sm_scale=w.sm_scale, skip_prefix_custom_mask=True)
+        return out
+    return attend
+
+
+@dataclass
+class PagedVerifyInputs:
+    """FlashInfer's paged-prefill inputs for one verify step, page_size 1, as SGLang's
+    EagleVerifyInput.generate_attn_arg_prefill builds them (all int32 but the mask)."""
+    qo_indptr: torch.Tensor       # [bs + 1]: D rows per request
+    kv_indptr: torch.Tensor       # [bs + 1]: L + D keys per request
+    kv_indices: torch.Tensor      # [sum(L + D)]: each request's req_to_token row
+    last_page_len: torch.Tensor   # [bs]: ones (page_size 1)
+    custom_mask: torch.Tensor     # [sum(D * (L + D))] bool: per request, per draft row,
+    #                               the prefix (all visible) then the tree
+    packed_mask_bytes: int        # what FlashInfer packs the mask into (a byte per 8
+    #                               cells, each request's segment padded to whole bytes)
+
+
+def paged_verify_inputs(w: Workload) -> PagedVerifyInputs:
+    s = w.shape
+    device = w.tree_mask.device
+    keys = s.seq_len + s.num_drafts
+    ones = torch.ones(s.batch, dtype=torch.int32, device=device)
+    return PagedVerifyInputs(
+        qo_indptr=torch.arange(0, s.batch + 1, dtype=torch.int32, device=device) * s.num_drafts,
+        kv_indptr=torch.arange(0, s.batch + 1, dtype=torch.int32, device=device) * keys,
+        kv_indices=_slots(w).flatten().to(torch.int32).contiguous(),
+        last_page_len=ones,
+        custom_mask=qlen_only_to_full_mask(w.tree_mask, w.seq_lens.cpu()).to(device),
+        packed_mask_bytes=s.batch * -(-s.num_drafts * keys // 8))
+
+
+def flashinfer_wrapper(w: Workload, inputs: PagedVerifyInputs,
+                       workspace_bytes: int = FLASHINFER_WORKSPACE_BYTES):
+    """A BatchPrefillWithPagedKVCacheWrapper as SGLang's graph runner makes one for
+    TARGET_VERIFY (FlashInferAttnBackend._create_prefill_wrappers): NHD, fa2, CUDA-graph
+    mode with fixed buffers and a custom-mask buffer."""
+    try:
+        import flashinfer
+    except Exception as exc:  # absent, or present but broken (e.g. a missing tvm_ffi)
+        raise MethodUnavailable(f"flashinfer not importable: {type(exc).__name__}: "
+                                f"{str(exc).splitlines()[0][:120]}") from None
+    device = w.tree_mask.device
+    return flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+        torch.empty(workspace_bytes, dtype=torch.uint8, device=device), "NHD",
+        use_cuda_graph=True, backend="fa2",
+        qo_indptr_buf=torch.empty_like(inputs.qo_indptr),
+        paged_kv_indptr_buf=torch.empty_like(inputs.kv_indptr),
+        paged_kv_indices_buf=torch.empty_like(inputs.kv_indices),
+        paged_kv_last_page_len_buf=torch.empty_like(inputs.last_page_len),
+        custom_mask_buf=torch.empty(inputs.packed_mask_bytes, dtype=torch.uint8, device=device),
+        mask_indptr_buf=torch.empty_like(inputs.qo_indptr))
+
+
+def flashinfer_plan_args(w: Workload, inputs: PagedVerifyInputs) -> tuple[tuple, dict]:
+    """The arguments of ``wrapper.plan``, as FlashInferIndicesUpdaterPrefill.call_begin_forward
+    passes them for TARGET_VERIFY (causal left False: the custom mask rules), plus sm_scale,
+    which SGLang hands to ``forward`` instead (``run`` takes it from the plan)."""
+    s = w.shape
+    args = (inputs.qo_indptr, inputs.kv_indptr, inputs.kv_indices, inputs.last_page_len,
+            s.num_q_heads, s.num_kv_heads, s.head_dim, 1)
+    kwargs = {"custom_mask": inputs.custom_mask, "q_data_type": torch.bfloat16,
+              "kv_data_type": torch.bfloat16, "non_blocking": True, "sm_scale": w.sm_scale}
+    return args, kwargs
+
+
+def flashinfer_attention(w: Workload,
+                         workspace_bytes: int = FLASHINFER_WORKSPACE_BYTES) -> Attention:
+    """FlashInfer's paged prefill with a custom mask, as SGLang 0.5.23's ``flashinfer``
+    backend runs TARGET_VERIFY: the KV indices are the requests' req_to_token rows
+    (page_size 1) and ``plan`` runs here, outside the timed graph, as SGLang's graph
+    runner plans before each replay. SGLang's ``forward`` also zero-fills a fresh output
+    per layer; ``run`` writes ``out`` instead, as the other methods do."""
+    inputs = paged_verify_inputs(w)
+    wrapper = flashinfer_wrapper(w, inputs, workspace_bytes)
+    args, kwargs = flashinfer_plan_args(w, inputs)
+    wrapper.plan(*args, **kwargs)  # the first plan of a head dim JIT-compiles its module
+
+    def attend(q, k_new, v_new, k_cache, v_cache, out):
+        wrapper.run(q, (k_cache, v_cache), out=out)
+        return out
+    attend.wrapper = wrapper  # keeps the planned buffers alive with the calls
+    return attend
+
+
+ATTENTIONS: dict[str, Callable[[Workload], Attention]] = {
+    "verify_ops": verify_ops_attention,
+    "triton": triton_attention,
+    "flashinfer": flashinfer_attention,
+}
+
+
+def _layer_calls(w: Workload, attend: Attention, with_drafts: bool) -> list[LayerCall]:
+    """One call per layer of ``w``; ``with_drafts``: the drafts' K and V are copied out
+    of the pool beforehand, as the projection that wrote them would have left them."""
+    slots = w.draft_slots() if with_drafts else None
     calls = []
     for layer in w.layers:
-        k_extend = layer.k_cache[draft_slots.flatten()].contiguous()
-        v_extend = layer.v_cache[draft_slots.flatten()].contiguous()
-        q = layer.q.contiguous()
-        out = torch.empty_like(q)
+        out = torch.empty_like(layer.q)
+        k_new = layer.k_cache[slots].contiguous() if with_drafts else None
+        v_new = layer.v_cache[slots].contiguous() if with_drafts else None
 
-        def call(layer=layer, q=q, k_extend=k_extend, v_extend=v_extend, out=out):
-            extend_attention_fwd(q, k_extend, v_extend, out, layer.k_cache, layer.v_cache,
-                                 qo_indptr, kv_indptr, kv_indices, custom_mask, True,
-                                 mask_indptr, s.num_drafts, 1.0, 1.0, sm_scale=w.sm_scale,
-                                 skip_prefix_custom_mask=True)
-            return out
+        def call(layer=layer, k_new=k_new, v_new=v_new, out=out):
+            return attend(layer.q, k_new, v_new, layer.k_cache, layer.v_cache, out)
         calls.append(call)
+    return calls
+
+
+def prepare_verify_ops(w: Workload) -> list[LayerCall]:
+    return _layer_calls(w, verify_ops_attention(w), with_drafts=False)
+
+
+def prepare_triton(w: Workload) -> list[LayerCall]:
+    return _layer_calls(w, triton_attention(w), with_drafts=True)
+
+
+def prepare_flashinfer(w: Workload) -> list[LayerCall]:
+    calls = _layer_calls(w, flashinfer_attention(w), with_drafts=False)
+    import flashinfer  # importable: flashinfer_attention raised MethodUnavailable otherwise
+
+    calls[0].note = f"flashinfer {flashinfer.__version__}, fa2, page_size 1, custom mask"
     return calls
 
 
@@ -157,6 +289,7 @@ def prepare_flex(w: Workload) -> list[LayerCall]:
 
 METHODS = {
     "verify_ops": prepare_verify_ops,
+    "flashinfer": prepare_flashinfer,
     "triton": prepare_triton,
     "flex": prepare_flex,
     "sdpa": prepare_sdpa,
