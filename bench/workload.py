@@ -102,7 +102,7 @@ def make_workload(shape: Shape, seed: int = 0, num_layers: int | None = None,
     tokens = [shape.seq_len + shape.num_drafts] * shape.batch
     slots = make_slot_layout(tokens, shape.layout, spare_slots=64, gen=gen)
     layers = []
-    for _ in range(num_layers or shape.num_layers):
+    for _ in range(shape.num_layers if num_layers is None else num_layers):
         kv = (slots.pool_size, shape.num_kv_heads, shape.head_dim)
         layers.append(Layer(
             q=torch.randn(shape.batch * shape.num_drafts, shape.num_q_heads, shape.head_dim,
