@@ -4,10 +4,10 @@
 
 The cases: batch 1 and 8; contexts 4k to 256k; D = 4 as a chain (SGLang's
 default top-1 speculation), D = 8 to 64 as EAGLE trees; five head shapes; a
-fragmented page_size-1 pool. verify_ops and FlashInfer (as SGLang's flashinfer
-backend calls it) run on every case, SGLang's Triton verify, SDPA and
-FlexAttention on the cases the --baseline-* lists name. A method whose package
-is missing here is skipped, with the reason in its rows.
+fragmented page_size-1 pool. verify_ops, FlashInfer and FA3 (each as SGLang's
+flashinfer and fa3 backends call them) run on every case, SGLang's Triton
+verify, SDPA and FlexAttention on the cases the --baseline-* lists name. A
+method whose package is missing here is skipped, with the reason in its rows.
 
 Each case is timed as a model runs it: one CUDA graph calls the kernel once per
 layer for N layers, each with its own K/V buffers (N streams >= 4x the L2), and
@@ -43,7 +43,7 @@ from .timing import burst_ceilings, describe_ceilings, sustained_ceilings, time_
 from .workload import Shape, make_workload, parse_case
 
 # Methods timed on every case; the others only where the --baseline-* lists hold it.
-EVERY_CASE_METHODS = "verify_ops,flashinfer"
+EVERY_CASE_METHODS = "verify_ops,flashinfer,fa3"
 
 
 def parse_args(argv=None):
@@ -62,7 +62,7 @@ def parse_args(argv=None):
     p.add_argument("--cases", default=None,
                    help="explicit cases batch/context/drafts/Hq/Hkv/head_dim/layout[/tree], "
                         "comma-separated, instead of the product of the lists above")
-    p.add_argument("--methods", default="verify_ops,flashinfer,triton,flex,sdpa")
+    p.add_argument("--methods", default="verify_ops,flashinfer,fa3,triton,flex,sdpa")
     p.add_argument("--every-case-methods", default=EVERY_CASE_METHODS,
                    help="methods timed on every case; the others on the --baseline-* cases")
     p.add_argument("--baseline-batches", default="1,8",
@@ -164,28 +164,31 @@ def _failure(result: dict) -> str:
 
 def format_table(rows: list[dict], methods: list[str]) -> str:
     """One line per case: the roofline, the first method's µs and % of it, and each
-    other method's µs with its ratio to the first (>1: the first is faster)."""
+    other method's µs with its ratio to the first (>1: the first is faster). A method
+    skipped on every row gets no column, only its reason under the table."""
+    skipped = {m: res["skipped"] for r in rows for m, res in r["methods"].items()
+               if "skipped" in res}
+    shown = [m for m in methods[1:] if m not in skipped or any(
+        "skipped" not in r["methods"].get(m, {"skipped": ""}) for r in rows)]
     head = f"{'case':40} {'N':>3} {'roof us':>8} {'ours us':>8} {'%roof':>6}"
-    for m in methods[1:]:
-        head += f" {m[:8] + ' us':>11} {'x':>6}"
+    for m in shown:
+        head += f" {m[:6] + ' us':>9} {'x':>5}"
     lines = [head, "-" * len(head)]
     for r in rows:
         ours = r["methods"].get(methods[0], {})
         ours_us = f"{ours['us']:>8.1f}" if "us" in ours else f"{_failure(ours):>8}"
         line = (f"{r['label']:40} {r['num_layers']:>3} {r['roofline_us']:>8.1f} "
                 f"{ours_us} {ours.get('pct_roofline', float('nan')):>6.1f}")
-        for m in methods[1:]:
+        for m in shown:
             res = r["methods"].get(m)
             if res is None:
-                line += f" {'-':>11} {'':>6}"
+                line += f" {'-':>9} {'':>5}"
             elif "us" in res:
                 ratio = res["us"] / ours["us"] if "us" in ours else float("nan")
-                line += f" {res['us']:>11.1f} {ratio:>6.2f}"
+                line += f" {res['us']:>9.1f} {ratio:>5.2f}"
             else:
-                line += f" {_failure(res):>11} {'':>6}"
+                line += f" {_failure(res):>9} {'':>5}"
         lines.append(line)
-    skipped = {m: res["skipped"] for r in rows for m, res in r["methods"].items()
-               if "skipped" in res}
     lines += [f"{m} skipped: {why}" for m, why in skipped.items()]
     return "\n".join(lines)
 

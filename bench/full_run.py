@@ -5,8 +5,9 @@
     python -m bench.full_run --list       # the parts and their exact commands
 
 Each part is one ``bench.bench_tree_attn`` (or ``bench.probes.floor_probe``)
-command: together they time all 250 cases of the table for verify_ops and
-FlashInfer, and the slower baselines where the targets need them (Triton and
+command: together they time all 250 cases of the table for verify_ops,
+FlashInfer and FA3 (where it was brought: bench/device/fa3_payload.sh), and the
+slower baselines where the targets need them (Triton and
 SDPA at batch 1, 64k, every D; at D8 elsewhere). A part should fit one device
 call: its cases' ``elapsed_s`` say how long each took, to re-cut the parts by.
 ``bench/results/README.md`` names the part behind each committed file.
@@ -33,7 +34,7 @@ class Part:
         return [*self.args, *out]
 
 
-BASELINES = "verify_ops,flashinfer,triton,sdpa"
+BASELINES = "verify_ops,flashinfer,fa3,triton,sdpa"
 
 # Flex compiles once per case (tens of seconds), so it runs on a sample: every
 # head shape at D8 and D64, batch 1, 4k and 64k, beside verify_ops alone.
@@ -46,13 +47,14 @@ PARTS = (
           "--baseline-batches", "1", "--baseline-drafts", "4,8,16,32,64")),
     Part("bs1-128k256k", "bench_tree_attn",
          ("--batches", "1", "--contexts", "131072,262144",
-          "--methods", "verify_ops,flashinfer,triton", "--baseline-batches", "1",
+          "--methods", "verify_ops,flashinfer,fa3,triton", "--baseline-batches", "1",
           "--baseline-drafts", "8", "--baseline-contexts", "131072,262144")),
     Part("bs8-4k-64k", "bench_tree_attn",
          ("--batches", "8", "--contexts", "4096,16384,65536", "--methods", BASELINES,
           "--baseline-batches", "8", "--baseline-drafts", "8")),
     Part("bs8-128k256k", "bench_tree_attn",
-         ("--batches", "8", "--contexts", "131072,262144", "--methods", "verify_ops,flashinfer")),
+         ("--batches", "8", "--contexts", "131072,262144",
+          "--methods", "verify_ops,flashinfer,fa3")),
     Part("flex", "bench_tree_attn",
          ("--batches", "1", "--contexts", "4096,65536", "--drafts", "8,64",
           "--methods", "verify_ops,flex", "--every-case-methods", "verify_ops",

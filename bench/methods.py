@@ -20,6 +20,9 @@ package is missing raises MethodUnavailable, which the table reports as a skip.
 
 from __future__ import annotations
 
+import ctypes
+import glob
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -167,10 +170,151 @@ def flashinfer_attention(w: Workload,
     return attend
 
 
+# FA3 as sgl-kernel 0.4.5 ships it (built for torch 2.11 and CUDA 13): its
+# flash_ops library, and common_ops for the merge SGLang runs after the cascade.
+# bench/device/fa3_payload.sh brings them to the lent H200 in three calls.
+FA3_DIR = os.environ.get("VERIFY_OPS_BENCH_FA3_DIR") or os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".devdeps", "fa3")
+FA3_LIBRARIES = ("flash_ops.abi3.so", "common_ops.abi3.so")
+# What both libraries link and torch may not have loaded by then (CUDA 13).
+FA3_CUDA_LIBRARIES = ("libcudart.so.13", "libnvrtc.so.13", "libcublas.so.13",
+                      "libcublasLt.so.13")
+
+
+def _has_op(name: str) -> bool:
+    try:
+        getattr(torch.ops.sgl_kernel, name)
+        return True
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def load_fa3() -> None:
+    """Loads sgl-kernel's FA3 and merge ops from FA3_DIR, once; MethodUnavailable where
+    they are absent or do not load here (the reason in the row)."""
+    if _has_op("fwd") and _has_op("merge_state_v2"):
+        return
+    paths = [os.path.join(FA3_DIR, name) for name in FA3_LIBRARIES]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise MethodUnavailable(f"FA3 not here: {', '.join(missing)} missing "
+                                "(bench/device/fa3_payload.sh brings sgl-kernel 0.4.5's)")
+    torch_lib = os.path.dirname(os.path.dirname(torch.__file__))
+    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    for name in FA3_CUDA_LIBRARIES:  # the first copy that loads; the dynamic linker may find it too
+        for path in [*glob.glob(os.path.join(torch_lib, "nvidia", "**", name), recursive=True),
+                     os.path.join(cuda_home, "lib64", name)]:
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                break
+            except OSError:
+                continue
+    try:
+        for path in paths:
+            torch.ops.load_library(path)
+    except (OSError, RuntimeError) as exc:
+        raise MethodUnavailable(f"FA3 did not load: {type(exc).__name__}: "
+                                f"{str(exc).splitlines()[0][:160]}") from None
+
+
+@dataclass
+class Fa3VerifyInputs:
+    """What SGLang's FA3 backend (flashattention_backend.py, init_forward_metadata) builds
+    for TARGET_VERIFY over a page_size-1 pool, all int32. A chain (top-1) is one causal
+    pass over prefix and drafts; a tree (top-k > 1) is a cascade: the prefix for all
+    drafts, then each draft alone over the drafts its tree row shows ("expand"), merged
+    by their log-sum-exps."""
+    cu_seqlens_q: torch.Tensor        # [bs + 1]: D rows per request
+    page_table: torch.Tensor          # [bs, L (+ D for a chain)]: req_to_token rows
+    cache_seqlens: torch.Tensor       # [bs]: L, or L + D for a chain
+    cu_seqlens_k: torch.Tensor        # [bs + 1]
+    expand_cu_seqlens_q: torch.Tensor | None   # [T + 1]: one row each
+    expand_page_table: torch.Tensor | None     # [T, D]: the row's visible drafts' slots
+    #                                            first, in draft order
+    expand_cache_seqlens: torch.Tensor | None  # [T]: how many drafts the row sees
+    expand_cu_seqlens_k: torch.Tensor | None   # [T + 1]
+
+
+def _cumulative(lengths: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.pad(torch.cumsum(lengths, dim=0, dtype=torch.int32), (1, 0))
+
+
+def fa3_verify_inputs(w: Workload) -> Fa3VerifyInputs:
+    s = w.shape
+    device = w.tree_mask.device
+    chain = s.tree == "chain"
+    keys = s.seq_len + (s.num_drafts if chain else 0)
+    rows = w.req_to_token[w.req_pool_indices]
+    cache_seqlens = torch.full((s.batch,), keys, dtype=torch.int32, device=device)
+    common = dict(
+        cu_seqlens_q=torch.arange(0, s.batch * s.num_drafts + 1, s.num_drafts,
+                                  dtype=torch.int32, device=device),
+        page_table=rows[:, :keys].to(torch.int32).contiguous(),
+        cache_seqlens=cache_seqlens, cu_seqlens_k=_cumulative(cache_seqlens))
+    if chain:
+        return Fa3VerifyInputs(**common, expand_cu_seqlens_q=None, expand_page_table=None,
+                               expand_cache_seqlens=None, expand_cu_seqlens_k=None)
+    visible = w.tree_mask.reshape(-1, s.num_drafts)  # [T, D]
+    columns = torch.arange(s.num_drafts, device=device).expand_as(visible)
+    order = torch.sort(torch.where(visible, columns, columns + s.num_drafts), dim=1).indices
+    drafts = rows[:, s.seq_len:s.seq_len + s.num_drafts].repeat_interleave(s.num_drafts, dim=0)
+    expand_seqlens = visible.sum(dim=1).to(torch.int32)
+    return Fa3VerifyInputs(
+        **common,
+        expand_cu_seqlens_q=torch.arange(0, visible.shape[0] + 1, dtype=torch.int32,
+                                         device=device),
+        expand_page_table=drafts.gather(1, order).to(torch.int32).contiguous(),
+        expand_cache_seqlens=expand_seqlens, expand_cu_seqlens_k=_cumulative(expand_seqlens))
+
+
+def _fa3_forward(q, k_cache, v_cache, out, cu_seqlens_q, cu_seqlens_k, cache_seqlens,
+                 max_seqlen_q, page_table, sm_scale, causal, return_lse):
+    """torch.ops.sgl_kernel.fwd as sgl_kernel.flash_attn.flash_attn_with_kvcache (0.4.5)
+    calls it for SGLang: no new K/V, no rotary, no descales, the heuristic split count
+    (num_splits 0), pack_gqa and scheduler metadata left to the kernel."""
+    result = torch.ops.sgl_kernel.fwd.default(
+        q, k_cache, v_cache, None, None, None, out, cu_seqlens_q, None, cu_seqlens_k, None,
+        cache_seqlens, max_seqlen_q, None, page_table, None, None, None, None, None, None,
+        None, None, sm_scale, causal, -1, -1, 0, 0.0, True, None, 0, None, 0, None, None,
+        False)
+    return (result[0], result[1]) if return_lse else result[0]
+
+
+def fa3_attention(w: Workload) -> Attention:
+    """FA3 (sgl-kernel's flash_ops) as SGLang 0.5.23's ``fa3`` backend runs TARGET_VERIFY
+    over a page_size-1 pool: one causal pass for a chain; for a tree the prefix pass and
+    the expand pass, merged by sgl_kernel's merge_state_v2, as its forward_extend does."""
+    load_fa3()
+    s = w.shape
+    inputs = fa3_verify_inputs(w)
+    tokens = s.batch * s.num_drafts
+    merged_lse = torch.empty(tokens, s.num_q_heads, dtype=torch.float32,
+                             device=w.tree_mask.device)
+
+    def attend(q, k_new, v_new, k_cache, v_cache, out):
+        # The pool as pages of one token: [pool, 1, Hkv, d].
+        k_pages, v_pages = k_cache.unsqueeze(1), v_cache.unsqueeze(1)
+        if inputs.expand_page_table is None:
+            return _fa3_forward(q, k_pages, v_pages, out, inputs.cu_seqlens_q,
+                                inputs.cu_seqlens_k, inputs.cache_seqlens, s.num_drafts,
+                                inputs.page_table, w.sm_scale, True, False)
+        prefix, prefix_lse = _fa3_forward(
+            q, k_pages, v_pages, None, inputs.cu_seqlens_q, inputs.cu_seqlens_k,
+            inputs.cache_seqlens, s.num_drafts, inputs.page_table, w.sm_scale, False, True)
+        tree, tree_lse = _fa3_forward(
+            q, k_pages, v_pages, None, inputs.expand_cu_seqlens_q, inputs.expand_cu_seqlens_k,
+            inputs.expand_cache_seqlens, 1, inputs.expand_page_table, w.sm_scale, False, True)
+        torch.ops.sgl_kernel.merge_state_v2.default(
+            prefix, prefix_lse.T.contiguous(), tree, tree_lse.T.contiguous(), out, merged_lse)
+        return out
+    return attend
+
+
 ATTENTIONS: dict[str, Callable[[Workload], Attention]] = {
     "verify_ops": verify_ops_attention,
     "triton": triton_attention,
     "flashinfer": flashinfer_attention,
+    "fa3": fa3_attention,
 }
 
 
@@ -196,6 +340,10 @@ def prepare_verify_ops(w: Workload) -> list[LayerCall]:
 
 def prepare_triton(w: Workload) -> list[LayerCall]:
     return _layer_calls(w, triton_attention(w), with_drafts=True)
+
+
+def prepare_fa3(w: Workload) -> list[LayerCall]:
+    return _layer_calls(w, fa3_attention(w), with_drafts=False)
 
 
 def prepare_flashinfer(w: Workload) -> list[LayerCall]:
@@ -290,6 +438,7 @@ def prepare_flex(w: Workload) -> list[LayerCall]:
 METHODS = {
     "verify_ops": prepare_verify_ops,
     "flashinfer": prepare_flashinfer,
+    "fa3": prepare_fa3,
     "triton": prepare_triton,
     "flex": prepare_flex,
     "sdpa": prepare_sdpa,

@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-BACKENDS = ("verify_ops", "triton", "flashinfer")
+BACKENDS = ("verify_ops", "triton", "flashinfer", "fa3")
 # Memory kept free beside the weights and the pools: workspaces (FlashInfer's is
 # 512 MB for Qwen models), four graphs' activations and the float64 check.
 RESERVE_BYTES = 10 << 30
@@ -237,18 +237,24 @@ def _share(ms, rest) -> str:
 
 
 def format_table(rows: list[dict]) -> str:
-    """One line per case: ms per step of each backend, verify_ops' speedup over the
-    others, the step without attention, and attention's share of each step."""
-    head = (f"{'model case':44} {'ours ms':>8} {'triton':>9} {'x':>6} {'flashinf':>9} {'x':>5} "
-            f"{'rest ms':>8} {'attn share ours/fi/tri':>23}")
+    """One line per case: ms per step with verify_ops, each other backend's ms and
+    verify_ops' speedup over it, the step without attention (``rest``), and attention's
+    share of each backend's step. A backend skipped on every row gets no column."""
+    others = [m for m in BACKENDS[1:]
+              if any("skipped" not in r["methods"].get(m, {"skipped": ""}) for r in rows)]
+    shown = ["verify_ops", *others]
+    head = f"{'model case':44} {'ours ms':>8}"
+    for m in others:
+        head += f" {m[:8]:>9} {'x':>6}"
+    head += f" {'rest ms':>8}  attention share {'/'.join(m[:5] for m in shown)}"
     lines = [head, "-" * len(head)]
     for r in rows:
         ms = {m: r["methods"].get(m, {}).get("ms") for m in (*BACKENDS, "none")}
-        ours = ms["verify_ops"]
-        shares = "/".join(_share(ms[m], ms["none"]) for m in ("verify_ops", "flashinfer", "triton"))
-        lines.append(f"{r['label']:44} {_ms(ours):>8} {_ms(ms['triton']):>9} "
-                     f"{_ratio(ms['triton'], ours):>6} {_ms(ms['flashinfer']):>9} "
-                     f"{_ratio(ms['flashinfer'], ours):>5} {_ms(ms['none']):>8} {shares:>23}")
+        line = f"{r['label']:44} {_ms(ms['verify_ops']):>8}"
+        for m in others:
+            line += f" {_ms(ms[m]):>9} {_ratio(ms[m], ms['verify_ops']):>6}"
+        shares = "/".join(_share(ms[m], ms["none"]) for m in shown)
+        lines.append(f"{line} {_ms(ms['none']):>8}  {shares}")
     problems = [f"{r['label']} {m}: {res.get('skipped') or res.get('error')}"
                 for r in rows for m, res in r["methods"].items()
                 if "skipped" in res or "error" in res]

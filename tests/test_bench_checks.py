@@ -51,15 +51,29 @@ def test_the_table_says_wrong_for_a_method_that_failed_its_check():
     assert "WRONG" in format_table([row], ["verify_ops", "triton"]).splitlines()[2]
 
 
-def test_a_skipped_method_says_skip_in_its_row_and_why_under_the_table():
+def _row(methods):
     s = Shape(1, 4096, 8, 32, 8, 128, "fragmented")
-    row = {"shape": s.__dict__, "label": s.label(), "num_layers": s.num_layers,
-           "roofline_us": 4.0, "methods": {"verify_ops": {"us": 10.0},
-                                          "flashinfer": {"skipped": "flashinfer not importable"},
-                                          "triton": {"us": 250.0}}}
-    lines = format_table([row], ["verify_ops", "flashinfer", "triton"]).splitlines()
+    return {"shape": s.__dict__, "label": s.label(), "num_layers": s.num_layers,
+            "roofline_us": 4.0, "methods": methods}
+
+
+def test_a_skipped_method_says_skip_in_its_row_and_why_under_the_table():
+    rows = [_row({"verify_ops": {"us": 10.0}, "flashinfer": {"skipped": "not importable"},
+                  "triton": {"us": 250.0}}),
+            _row({"verify_ops": {"us": 10.0}, "flashinfer": {"us": 20.0}})]
+    lines = format_table(rows, ["verify_ops", "flashinfer", "triton"]).splitlines()
     assert lines[2].split()[-3:] == ["skip", "250.0", "25.00"]
-    assert lines[-1] == "flashinfer skipped: flashinfer not importable"
+    assert lines[3].split()[-3:] == ["20.0", "2.00", "-"]
+    assert lines[-1] == "flashinfer skipped: not importable"
+
+
+def test_a_method_skipped_on_every_row_gets_no_column():
+    rows = [_row({"verify_ops": {"us": 10.0}, "fa3": {"skipped": "FA3 not here"},
+                  "triton": {"us": 250.0}})]
+    lines = format_table(rows, ["verify_ops", "fa3", "triton"]).splitlines()
+    assert "fa3" not in lines[0] and "triton" in lines[0]
+    assert lines[2].split()[-2:] == ["250.0", "25.00"]
+    assert lines[-1] == "fa3 skipped: FA3 not here"
 
 
 def test_run_method_reports_an_absent_package_as_skipped_and_times_nothing(monkeypatch):
@@ -79,13 +93,14 @@ def test_run_method_reports_an_absent_package_as_skipped_and_times_nothing(monke
 # case costs Flex a compile).
 METHOD_LAYOUTS = [("verify_ops", "fragmented"), ("verify_ops", "contiguous"),
                   ("flashinfer", "fragmented"), ("flashinfer", "contiguous"),
+                  ("fa3", "fragmented"), ("fa3", "contiguous"),
                   ("triton", "fragmented"), ("triton", "contiguous"),
                   ("sdpa", "fragmented"), ("sdpa", "contiguous"), ("flex", "fragmented")]
-GPU_ONLY = ("triton", "flashinfer")
+GPU_ONLY = ("triton", "flashinfer", "fa3")
 
 
 # On CPU: the methods that run there (Triton's interpreter gets bf16 wrong;
-# FlashInfer has no CPU kernels), at two small shapes.
+# FlashInfer and FA3 have no CPU kernels), at two small shapes.
 @pytest.mark.parametrize("batch,seq_len,drafts,heads", [(2, 100, 8, (8, 2, 64)),
                                                       (1, 40, 16, (4, 1, 128))])
 @pytest.mark.parametrize("method,layout", [(m, lay) for m, lay in METHOD_LAYOUTS
@@ -129,6 +144,12 @@ def test_every_method_matches_the_reference_on_every_layer(method, layout, batch
         pytest.importorskip("sglang.kernels.ops.attention.extend_attention")
     if method == "flashinfer":
         pytest.importorskip("flashinfer")
+    if method == "fa3":
+        from bench.methods import MethodUnavailable, load_fa3
+        try:
+            load_fa3()
+        except MethodUnavailable as exc:
+            pytest.skip(str(exc))
     w = make_workload(Shape(batch, seq_len, drafts, *heads, layout, tree), num_layers=2)
     assert check_method(method, w) < CHECK_TOL
 

@@ -92,17 +92,21 @@ def _row(label, **ms_by_method):
 
 def test_the_table_gives_speedups_and_attentions_share_and_lists_what_did_not_run():
     rows = [_row("llama3.1-8b bs1 L64k D8 eagle", verify_ops=10.0, triton=150.0,
-                 flashinfer=12.5, none=5.0),
+                 flashinfer=12.5, fa3={"skipped": "FA3 not here"}, none=5.0),
             _row("qwen3-235b-a22b-tp8 bs1 L4k D4 chain", verify_ops=8.0,
                  triton={"error": "WRONG: relative error 0.5"},
-                 flashinfer={"skipped": "flashinfer not importable"}, none=6.0)]
+                 flashinfer={"skipped": "flashinfer not importable"},
+                 fa3={"skipped": "FA3 not here"}, none=6.0)]
     lines = ms.format_table(rows).splitlines()
-    assert lines[0].startswith("model case")
+    assert lines[0].split()[:6] == ["model", "case", "ours", "ms", "triton", "x"]
+    assert "fa3" not in lines[0]  # skipped on every row: no column
+    assert lines[0].endswith("attention share verif/trito/flash")
     assert lines[2].split()[-7:] == ["10.000", "150.000", "15.00", "12.500", "1.25", "5.000",
-                                     "50%/60%/97%"]
+                                     "50%/97%/60%"]
     assert lines[3].split()[-7:] == ["8.000", "-", "-", "-", "-", "6.000", "25%/-/-"]
-    assert lines[4].endswith("triton: WRONG: relative error 0.5")
-    assert lines[5].endswith("flashinfer: flashinfer not importable")
+    assert lines[4].endswith("llama3.1-8b bs1 L64k D8 eagle fa3: FA3 not here")
+    assert lines[5].endswith("triton: WRONG: relative error 0.5")
+    assert lines[6].endswith("flashinfer: flashinfer not importable")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
