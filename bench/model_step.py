@@ -628,6 +628,7 @@ def main(argv=None) -> list[dict]:
                     step_checks=step_checks,
                     communication="left out: a TP8 rank's all-reduces and the LM head's gather")
     rows, weights, pools, pool_key = [], None, None, None
+    max_drafts = max(c.num_drafts for c in cases)  # the pools serve every D of a context
     for case in cases:
         cfg = MODELS[case.model]
         if weights is None or weights.cfg is not cfg:
@@ -643,7 +644,8 @@ def main(argv=None) -> list[dict]:
             gc.collect()
             torch.cuda.empty_cache()
             free = torch.cuda.mem_get_info()[0] - RESERVE_BYTES
-            pools = allocate_pools(cfg, case, kv_pools(cfg, replace(case, num_drafts=16), free))
+            count = kv_pools(cfg, replace(case, num_drafts=max_drafts), free)
+            pools = allocate_pools(cfg, case, count, max_drafts=max_drafts)
             pool_key = (case.model, case.batch, case.seq_len)
         row = run_case(case, weights, pools, backends)
         row["memory_floor_ms"] = row["bytes"]["total"] / ceilings["copy_bytes_per_s"] * 1e3
