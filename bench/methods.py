@@ -172,7 +172,7 @@ def flashinfer_attention(w: Workload,
 
 # FA3 as sgl-kernel 0.4.5 ships it (built for torch 2.11 and CUDA 13): its
 # flash_ops library, and common_ops for the merge SGLang runs after the cascade.
-# bench/device/fa3_payload.sh brings them to the lent H200 in three calls.
+# bench/device/fa3_payload.sh brings them to the lent H200 in four calls.
 FA3_DIR = os.environ.get("VERIFY_OPS_BENCH_FA3_DIR") or os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".devdeps", "fa3")
 FA3_LIBRARIES = ("flash_ops.abi3.so", "common_ops.abi3.so")

@@ -2,7 +2,7 @@
 # Builds, on a machine with PyPI access, the payload that brings SGLang's FA3 (the
 # `fa3` attention backend's kernels) to the lent H200, in chunks that travel one
 # device call each while the machine stays warm:
-#   .devdeps/fa3-1/, .devdeps/fa3-2/, .devdeps/fa3-3/   (chunk + manifest, <= 58 MiB each)
+#   .devdeps/fa3-1/ ... .devdeps/fa3-4/   (chunk + manifest, <= 44 MiB each)
 # Carry `.devdeps/fa3-1` in one call, `.devdeps/fa3-2` in the next, and so on (a
 # call may carry one beside other small paths); bench/device/env.sh joins them into
 # .devdeps/fa3/ once all are there and checks the whole against its SHA-256.
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WHEEL=sglang-kernel==0.4.5
-CHUNK_BYTES=$((58 * 1024 * 1024))
+CHUNK_BYTES=$((44 * 1024 * 1024))  # the tree travels too (12 MB): 64 MiB a call in all
 work=.devdeps/fa3-build
 rm -rf "$work" .devdeps/fa3-[0-9]*
 mkdir -p "$work"
