@@ -5,7 +5,7 @@
 // whether the bulk tensor copy engine (TMA) moves the same bytes faster.
 //
 // Build and run (sm_90a; the tensor map comes from the driver at run time):
-//   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 \
+//   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -Icsrc \
 //        bench/probes/slab_copy_probe.cu -o slab_copy_probe && ./slab_copy_probe
 //
 // Each CTA (384 threads: two consumer warpgroups and a producer warpgroup,
@@ -42,7 +42,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../../csrc/mbarrier.cuh"  // the kernel's mbarriers and its swizzled_slabs layout
+#include "cuda/ptx/mbarrier.cuh"  // the kernel's mbarriers and its swizzled_slabs layout
 
 #define CHECK_CUDA(x)                                                              \
   do {                                                                             \
