@@ -10,7 +10,7 @@ Three parts, each printed as a table and written to the JSON:
 (b) relocation: verify.relocate_kv moving n fragmented slots of every layer
     into one run; its rate (bytes read + written per second) as % of the
     measured device copy bandwidth, next to per-layer torch indexing.
-(c) churn: the churn simulation (verify_ops/sglang/churn.py) over SGLang's
+(c) churn: the churn simulation (bench/churn.py) over SGLang's
     real allocator classes, stock vs need_sort vs ours (vs ours with Tier 1
     relocation); the running batch's layout is snapshotted every few steps and
     verify.tree_attn timed on each snapshot, with the KV pool on the GPU.
@@ -151,7 +151,7 @@ CHURN_DRAFTS = 8         # <= ChurnConfig.reserve: the drafts' slots are allocat
 
 
 def churn_config(policy: str, relocate_every: int, steps: int, snapshot_every: int):
-    from verify_ops.sglang.churn import ChurnConfig
+    from .churn import ChurnConfig
 
     return ChurnConfig(policy=policy, mode="spec", pool_tokens=262144, max_running=64,
                        steps=steps, arrival_rate=0.25, prompt_median=2048, output_median=512,
@@ -160,7 +160,7 @@ def churn_config(policy: str, relocate_every: int, steps: int, snapshot_every: i
 
 
 def churn_part(steps: int, snapshot_every: int, num_layers: int) -> list[dict]:
-    from verify_ops.sglang.churn import simulate
+    from .churn import simulate
 
     rows = []
     for name, policy, relocate_every in (("stock", "stock", 0), ("need_sort", "need_sort", 0),

@@ -2,7 +2,7 @@
 
     python -m bench.sglang_backend_bench --out bench/results/sglang-backend-h200.json
 
-Both backends run on real SGLang objects (tests/sglang_conftest.py): one
+Both backends run on real SGLang objects (tests/support/sglang_objects.py): one
 MHATokenToKVPool with N layers, RadixAttention layers 0..N-1, an EAGLE
 (topk > 1) tree written by SGLang's tree kernel, fragmented slots, batch 1.
 Each backend is driven as SGLang's decode graph runner drives it
@@ -26,7 +26,6 @@ import gc
 import json
 import platform
 import sys
-from pathlib import Path
 
 import torch
 import triton
@@ -38,7 +37,6 @@ from .timing import capture_graph, median_replay_us_per_layer
 from .workload import Shape as WorkloadShape
 
 CHECK_TOL = 1e-2
-TESTS_DIR = Path(__file__).resolve().parents[1] / "tests"
 # (topk, steps) SGLang's EAGLE runs with for --speculative-num-draft-tokens D.
 EAGLE_TREES = {8: (4, 3), 64: (8, 5)}
 BACKENDS = ("verify_ops", "triton")
@@ -87,12 +85,10 @@ def cases_of(args) -> list[Case]:
 
 
 def load_sglang_builders():
-    """tests/sglang_conftest.py, imported only once needed: it imports SGLang (~10 s)."""
-    if str(TESTS_DIR) not in sys.path:
-        sys.path.insert(0, str(TESTS_DIR))
-    import sglang_conftest
+    """tests/support/sglang_objects.py, imported only once needed: it imports SGLang (~10 s)."""
+    from tests.support import sglang_objects
 
-    return sglang_conftest
+    return sglang_objects
 
 
 class VerifyStep:

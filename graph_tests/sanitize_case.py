@@ -10,7 +10,9 @@ tile (two of them for the 128 rows of a single (request, KV head)), wgmma
 with Q from shared memory (head_dim 256), the key-split warps (2 and 4 warps
 share a KV tile), both merge kernels (the few-split one, and past its
 capacity the split-parallel one) and splits that merge inside their cluster;
-exits non-zero if a result is wrong.
+the option kernels (fp8 KV in both formats, the window, sinks, soft-cap and
+LSE, through the direct, few-split and split-parallel paths); exits non-zero
+if a result is wrong.
 INDEX picks cases of CASES (0-based) where a tool is too slow for all.
 """
 
@@ -23,7 +25,8 @@ from verify_ops.cases import make_case
 from verify_ops.reference import relative_error, tree_attn_ref
 
 
-# (prefix lengths, D, Hq, Hkv, head_dim)
+# (prefix lengths, D, Hq, Hkv, head_dim[, make_case options])
+ALL_OPTIONS = dict(kv_scales=True, sinks=True, logit_cap=30.0, sliding_window=100)
 CASES = [
     ([40_000, 0, 3], 16, 12, 2, 128),  # 96 rows: one 128-row tile; wgmma
     ([9_000, 2], 8, 16, 2, 64),        # 64 rows: one four-warp wgmma tile
@@ -38,6 +41,13 @@ CASES = [
     ([6_000, 0, 1, 256, 2_500, 4_000, 64, 9_000], 8, 32, 8, 128),   # key split 2
     ([3_000, 5, 700, 4_100, 128, 8_000, 2, 900], 16, 64, 8, 128),   # the producer kernel
     ([5_000, 3, 900, 2_000, 100, 7_000, 1, 4_000], 16, 16, 2, 256),  # the eight-warp kernel
+    # The option kernels.
+    ([9_000, 0, 40], 8, 8, 1, 64, ALL_OPTIONS),                         # window: one split
+    ([40_000, 1], 16, 8, 1, 128, dict(ALL_OPTIONS, sliding_window=-1)),  # split-parallel merge
+    ([3_000, 7], 8, 4, 4, 64, dict(kv_dtype=torch.float8_e4m3fn, kv_scales=True)),  # key split 4
+    ([20_000, 2], 8, 32, 4, 128, dict(ALL_OPTIONS, kv_dtype=torch.float8_e5m2)),  # 64-row fp8
+    ([6_000, 0], 16, 8, 2, 256, dict(ALL_OPTIONS, kv_dtype=torch.float8_e4m3fn)),  # fp8 at 256
+    ([5_000, 9], 16, 64, 8, 128, dict(logit_cap=20.0, sinks=True)),     # the producer kernel
 ]
 
 
@@ -46,14 +56,16 @@ def main(picked):
     if unknown:
         sys.exit(f"sanitize_case.py: no case {unknown}; CASES has 0..{len(CASES) - 1}")
     worst = 0.0
-    for seed, (lens, drafts, hq, hkv, head_dim) in enumerate(CASES):
+    for seed, (lens, drafts, hq, hkv, head_dim, *options) in enumerate(CASES):
         if picked and seed not in picked:
             continue
-        case = make_case(lens, drafts, hq, hkv, head_dim, device="cuda", tree="eagle", seed=seed)
+        case = make_case(lens, drafts, hq, hkv, head_dim, device="cuda", tree="eagle", seed=seed,
+                         **(options[0] if options else {}))
         out = torch.full_like(case.q, float("nan"))
-        verify_ops.tree_attn_out(*case.args(), out)
+        verify_ops.tree_attn_out(*case.args(), out, **case.options)
         torch.cuda.synchronize()
-        worst = max(worst, relative_error(out, tree_attn_ref(*case.args())))
+        ref = tree_attn_ref(*case.args(), **case.options)
+        worst = max(worst, relative_error(out, ref))
     print(f"relative error {worst:.3g}")
     return 0 if worst < 1e-2 else 1
 

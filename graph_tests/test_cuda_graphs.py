@@ -74,6 +74,38 @@ def test_replay_with_splits_merged_in_a_cluster():
         assert err < TOL, f"replay {step} with seq_lens {lens.tolist()}: relative error {err:.3g}"
 
 
+@pytest.mark.parametrize("kv_dtype", [None, torch.float8_e4m3fn, torch.float8_e5m2],
+                         ids=["bf16", "e4m3", "e5m2"])
+def test_replay_with_changing_options(kv_dtype):
+    """One capture with every option: each replay gets new scales, sinks,
+    lengths and trees in the captured tensors (a window is a Python int, so a
+    new window is a new capture: two here), and out and lse match."""
+    gen = torch.Generator().manual_seed(21)
+    for window in (128, 3):
+        case = make_case([20000, 130, 0], 8, 8, 1, 64, device="cuda", tree="eagle",
+                         kv_dtype=kv_dtype, kv_scales=True, sinks=True, logit_cap=30.0,
+                         sliding_window=window, seed=22)
+        out = torch.empty_like(case.q)
+        lse = torch.empty(case.q.shape[:2], device="cuda")
+        graph = capture(lambda: verify_ops.tree_attn_out(*case.args(), out, lse=lse,
+                                                         **case.options))
+        for step in range(4):
+            lens = torch.tensor([20000 - 997 * step, 130 - 40 * step, 0])
+            case.seq_lens.copy_(lens.to(case.seq_lens))
+            case.options["k_scale"].copy_(0.5 + torch.rand(1, generator=gen))
+            case.options["v_scale"].copy_(0.5 + torch.rand(1, generator=gen))
+            case.options["sinks"].copy_(2 * torch.randn(8, generator=gen))
+            case.q.copy_(torch.randn(case.q.shape, generator=gen).to(case.q))
+            out.fill_(float("nan"))
+            lse.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            ref, ref_lse = tree_attn_ref(*case.args(), **case.options, return_lse=True)
+            err = relative_error(out, ref)
+            assert err < TOL, f"window {window}, replay {step}: relative error {err:.3g}"
+            assert torch.allclose(lse.double(), ref_lse, atol=2e-3, rtol=1e-4)
+
+
 def test_memory_flat_over_replays():
     case = make_case([5000, 20, 0], 8, 32, 8, 128, device="cuda", seed=3)
     out = torch.empty_like(case.q)

@@ -8,13 +8,13 @@ with ``in_capture=True``; warm-ups and capture of ``init_forward_metadata_in_gra
 plus the forward; then per batch: inputs copied into the static buffers,
 ``init_forward_metadata_out_graph`` on the replay view, replay), with new
 lengths (0 and 1 among them), rows, slots, trees and q/k/v at every replay.
+The options (fp8 KV with scales, soft-cap, sinks, windows on a plain and on a
+hybrid SWA pool, paged pools) through captured graphs, against the reference.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -44,12 +44,9 @@ REPLAY_PREFIX_LENS = [(4100, 0, 1, 2999, 37), (0, 1), (1, 7000, 0, 12), (2048,) 
 
 @pytest.fixture(scope="module")
 def sg():
-    tests_dir = str(Path(__file__).resolve().parents[1] / "tests")
-    if tests_dir not in sys.path:
-        sys.path.insert(0, tests_dir)
-    import sglang_conftest  # compiled Triton here: this process is not interpreted
+    from tests.support import sglang_objects  # compiled Triton here: not interpreted
 
-    return sglang_conftest
+    return sglang_objects
 
 
 def _shape(sg, heads, tree, prefix_lens):
@@ -139,7 +136,7 @@ def _capture(run_once):
 @dataclasses.dataclass
 class CapturedVerify:
     backend: object
-    inputs: object  # sglang_conftest.GraphInputs
+    inputs: object  # tests.support.sglang_objects.GraphInputs
     graph: torch.cuda.CUDAGraph
     out: torch.Tensor
 
@@ -203,3 +200,76 @@ def test_graph_replays_match_reference(sg, heads, tree):
             assert ops.tree_mask.data_ptr() == ops_mask_address, "replays must copy, not rebind"
             err = _err(outs["verify_ops"], outs["triton"].reshape(ref.shape).double(), shape)
             assert err < TOL, f"verify_ops vs triton, replay {step}: relative error {err:.3g}"
+
+
+# name: (heads, tree, Shape fields, RadixAttention kwargs, KV scales per replay, sinks)
+OPTION_CASES = {
+    "gpt-oss: window 128 + sinks": ((64, 8, 64), TREES["D8"], dict(window=128),
+                                    dict(sliding_window_size=128), None, True),
+    "fp8 e4m3 + soft-cap 30, scales change": (
+        HEADS["32-8-128"], TREES["D8"], dict(kv_dtype=torch.float8_e4m3fn),
+        dict(logit_cap=30.0), [(0.5, 2.0), (1.25, 0.75)], False),
+    "hybrid SWA pool, window 128": (HEADS["8-1-128"], TREES["D8"],
+                                    dict(layer_num=2, swa_layers=(1,), window=128),
+                                    dict(layer_id=1, sliding_window_size=128), None, False),
+    "paged 64, tree": (HEADS["32-8-128"], TREES["D8"], dict(page_size=64), {}, None, False),
+}
+
+
+@pytest.mark.parametrize("case", list(OPTION_CASES))
+def test_graph_replays_serve_options(sg, case):
+    """The options in one captured graph: new KV scales (written into the layer's
+    scale tensors), new sinks values, and window tables rebuilt in the graph at
+    every replay, against the float64 reference; every replay counted as served."""
+    from verify_ops.sglang import stats
+
+    heads, tree, fields, layer_kwargs, scales, with_sinks = OPTION_CASES[case]
+    shape = dataclasses.replace(_shape(sg, heads, tree, (0,) * GRAPH_MAX_BS), **fields)
+    stats.reset()
+    with sg.sglang_config(shape):
+        _, ops, runner = sg.build_backends(shape)
+        assert ops.serves_verify
+        layer = sg.attention_layer(shape, **layer_kwargs)
+        if scales:
+            sg.set_kv_scales(layer, *scales[0])
+            layer.to(DEVICE)
+        sinks = torch.zeros(shape.num_q_heads, dtype=torch.bfloat16, device=DEVICE)
+        static_qkv = sg.random_qkv(shape, _gen(3))
+
+        ops.init_cuda_graph_state(GRAPH_MAX_BS, GRAPH_MAX_BS * shape.num_drafts)
+        inputs = sg.graph_inputs(shape, GRAPH_MAX_BS, ops.get_cuda_graph_seq_len_fill_value())
+        fb = sg.capture_batch(shape, runner, inputs)
+        ops.init_forward_metadata_out_graph(fb, in_capture=True)
+
+        def run_once():
+            ops.init_forward_metadata_in_graph(fb)
+            return ops.forward(*static_qkv, layer, fb, sinks=sinks if with_sinks else None)
+
+        graph, out = _capture(run_once)
+        for step, prefix_lens in enumerate(REPLAY_PREFIX_LENS):
+            batch_shape = dataclasses.replace(shape, prefix_lens=prefix_lens)
+            gen = _gen(20 + step)
+            if scales:
+                layer.k_scale.fill_(scales[step % 2][0])
+                layer.v_scale.fill_(scales[step % 2][1])
+            sinks.copy_(torch.randn(shape.num_q_heads, generator=gen) + 2)
+            batch, draft = sg.place_batch(batch_shape, runner, gen), sg.draft_tree(batch_shape, gen)
+            q, k, v = sg.random_qkv(batch_shape, gen)
+            for static, new in zip(static_qkv, (q, k, v)):
+                sg.fill_random(static, gen)
+                static[: new.shape[0]].copy_(new)
+            mask = sg.write_tree_mask(batch_shape, draft, batch.seq_lens, ops)
+            view = sg.forward_batch(batch_shape, runner, batch,
+                                    sg.verify_input(batch_shape, draft, mask, batch.seq_lens))
+            ops.init_forward_metadata_out_graph(sg.stage_replay(shape, inputs, view))
+            sg.poison_draft_slots(runner, batch, [layer])
+            out.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            tree_mask = sg.qlen_only_tree_mask(batch_shape, draft, batch.seq_lens)
+            ref = sg.reference(batch_shape, runner, batch, q, tree_mask, layer=layer,
+                               sinks=sinks if with_sinks else None)
+            rows = batch_shape.bs * shape.num_drafts
+            err = _err(out[:rows], ref, shape)
+            assert err < TOL, f"{case}, replay {step}, prefix lens {prefix_lens}: {err:.3g}"
+    assert stats.snapshot() == {"served": len(REPLAY_PREFIX_LENS), "fallbacks": {}}

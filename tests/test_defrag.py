@@ -32,12 +32,23 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  #
 
 import verify_ops  # noqa: E402
 from verify_ops.cases import make_tree_masks  # noqa: E402
-from verify_ops.sglang import defrag, relocation  # noqa: E402
-from verify_ops.sglang.churn import ChurnConfig, ChurnSimulation  # noqa: E402
-from verify_ops.sglang.contiguous_alloc import attach  # noqa: E402
+from bench.churn import ChurnConfig, ChurnSimulation  # noqa: E402
+from verify_ops.sglang import (  # noqa: E402
+    allocator_hooks,
+    config,
+    defrag,
+    fragmentation_log,
+    live_relocation,
+    relocation,
+)
+from verify_ops.sglang.compat import alloc_req_rows  # noqa: E402
+from verify_ops.sglang.contiguous_alloc import attach, unsupported_reason  # noqa: E402
 from verify_ops.sglang.relocation import OwnedSpan, relocate_fragmented  # noqa: E402
 
 NUM_DRAFTS, HQ, HKV, HEAD_DIM = 4, 4, 2, 64
+POLICY_OFF = unsupported_reason()  # SGLang 0.5.17: the policy stays off, Tier 0 alone
+needs_policy = pytest.mark.skipif(
+    POLICY_OFF is not None, reason=f"contiguity-aware allocation is off here: {POLICY_OFF}")
 POOL_TOKENS = 1024
 
 
@@ -109,7 +120,7 @@ def fragmented_scene(device, page_size=1, prefix_lens=(37, 0, 90, 5, 61), num_la
     attach(allocator)
     rtp = ReqToTokenPool(size=len(prefix_lens) + 2, max_context_len=256, device=device,
                          enable_memory_saver=False)
-    rows = rtp.alloc_rows(len(prefix_lens))
+    rows = alloc_req_rows(rtp, len(prefix_lens))
     targets = [-(-(n + NUM_DRAFTS + 3) // page_size) * page_size for n in prefix_lens]
     allocated = [0] * len(rows)
     while any(a < t for a, t in zip(allocated, targets)):
@@ -135,6 +146,7 @@ def kv_caches(scene):
 
 # -- relocation invariants ---------------------------------------------------
 
+@needs_policy
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_relocation_is_lossless(device, page_size):
     scene = fragmented_scene(device, page_size)
@@ -160,6 +172,7 @@ def test_relocation_is_lossless(device, page_size):
             assert torch.isin((old // page_size).cpu(), freed).all()
 
 
+@needs_policy
 @pytest.mark.parametrize("failure", ["copy", "table rewrite", "free"])
 def test_interrupted_relocation_keeps_a_consistent_state(device, monkeypatch, failure):
     scene = fragmented_scene(device)
@@ -206,6 +219,7 @@ def test_interrupted_relocation_keeps_a_consistent_state(device, monkeypatch, fa
     scene.check_accounting()
 
 
+@needs_policy
 def test_live_relocation_moves_the_draft_models_kv_too():
     """Under EAGLE the scheduler's ``draft_worker`` is SGLang's spec worker
     (EAGLEWorkerV2), whose draft runners sit on its inner draft worker; their
@@ -242,8 +256,8 @@ def test_live_relocation_moves_the_draft_models_kv_too():
     reqs = [SimpleNamespace(kv=ReqKvInfo(req_pool_idx=row, cache_protected_len=0,
                                          kv_allocated_len=end))
             for row, end in zip(scene.rows, scene.allocated)]
-    relocator = defrag._LiveRelocation()
-    relocator.steps = defrag.RELOCATE_EVERY_STEPS - 1  # the next step relocates
+    relocator = live_relocation.LiveRelocation()
+    relocator.steps = live_relocation.RELOCATE_EVERY_STEPS - 1  # the next step relocates
     relocator.step(scheduler, SimpleNamespace(reqs=reqs))
 
     assert relocator.enabled
@@ -256,14 +270,16 @@ def test_live_relocation_moves_the_draft_models_kv_too():
     scene.check_accounting()
 
 
+@needs_policy
 def test_live_relocation_stays_off_where_the_drafters_pools_are_unknown():
     scene = fragmented_scene("cpu")
     scheduler = SimpleNamespace(tp_worker=SimpleNamespace(
                                     model_runner=SimpleNamespace(token_to_kv_pool=scene.kv_pool)),
                                 draft_worker=SimpleNamespace())  # no runners to be found
-    assert defrag._kv_caches(scheduler) is None
+    assert live_relocation.kv_caches(scheduler) is None
 
 
+@needs_policy
 def test_radix_shared_slots_are_never_moved():
     pytest.importorskip("sglang.srt.mem_cache.radix_cache")
     pytest.importorskip("sglang.srt.managers.schedule_batch")
@@ -312,6 +328,7 @@ def test_radix_shared_slots_are_never_moved():
 
 # -- churn ---------------------------------------------------------------------
 
+@needs_policy
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("mode", ["spec", "decode"])
 def test_churn_runs_per_request(mode, page_size):
@@ -355,6 +372,7 @@ def token_allocator(size=64):
     return allocator, attach(allocator)
 
 
+@needs_policy
 def test_token_policy_extends_in_place_and_reuses_holes_whole():
     allocator, policy = token_allocator()
     with policy.growing([1, 2], [0, 0], [4, 4]):
@@ -372,6 +390,7 @@ def test_token_policy_extends_in_place_and_reuses_holes_whole():
     assert allocator.available_size() == 64 - 56
 
 
+@needs_policy
 def test_token_policy_clear_and_census():
     allocator, policy = token_allocator()
     allocator.alloc(10)
@@ -381,6 +400,7 @@ def test_token_policy_clear_and_census():
     assert allocator.available_size() == 64 and not policy.tails
 
 
+@needs_policy
 def test_paged_policy_keeps_sglang_index_contract():
     allocator = PagedTokenToKVPoolAllocator(256, 4, torch.bfloat16, "cpu", None, True)
     attach(allocator)
@@ -400,6 +420,7 @@ def test_paged_policy_keeps_sglang_index_contract():
     assert allocator.available_size() == 256 - 4 * 5
 
 
+@needs_policy
 def test_sglang_call_site_plans_keep_requests_contiguous():
     """defrag's hooks around SGLang's allocation helpers, with stand-ins for the
     helpers that do what SGLang's do at page size 1: one alloc, split in request order."""
@@ -417,7 +438,7 @@ def test_sglang_call_site_plans_keep_requests_contiguous():
             offset += count
 
     def alloc_for_extend(batch):  # rows are assigned inside, before the slots
-        for req, row in zip(batch.reqs, rtp.alloc_rows(len(batch.reqs))):
+        for req, row in zip(batch.reqs, alloc_req_rows(rtp, len(batch.reqs))):
             req.kv.req_pool_idx = row
         write(allocator.alloc(sum(batch.extend_lens)), batch.reqs, batch.prefix_lens,
               batch.extend_lens)
@@ -434,11 +455,11 @@ def test_sglang_call_site_plans_keep_requests_contiguous():
 
     batch = SimpleNamespace(token_to_kv_pool_allocator=allocator, reqs=reqs,
                             prefix_lens=[0, 0, 0], extend_lens=[5, 9, 2])
-    defrag._plan_extend(alloc_for_extend, batch)
+    allocator_hooks.plan_extend(alloc_for_extend, batch)
     for _ in range(4):
-        defrag._plan_decode(alloc_for_decode_default, batch, 1)
+        allocator_hooks.plan_decode(alloc_for_decode_default, batch, 1)
         cur = torch.tensor([r.kv.kv_allocated_len for r in reqs])
-        defrag._plan_spec_decode(alloc_for_spec_decode, SimpleNamespace(
+        allocator_hooks.plan_spec_decode(alloc_for_spec_decode, SimpleNamespace(
             token_to_kv_pool_allocator=allocator), rtp, reqs=reqs, req_pool_indices=None,
             cur_kv_lens=None, cur_kv_lens_cpu=cur, nxt_kv_lens=None, nxt_kv_lens_cpu=cur + 3,
             num_needed_tokens=9)
@@ -452,12 +473,12 @@ def test_fragmentation_log_every_n_steps_without_padding():
     records = []
     handler = logging.Handler()
     handler.emit = records.append
-    logger = logging.getLogger(defrag.__name__)
+    logger = logging.getLogger(fragmentation_log.__name__)
     logger.addHandler(handler)
     old_level = logger.level
     logger.setLevel(logging.INFO)  # not `.level =`: setLevel clears isEnabledFor's cache
     try:
-        log = defrag.FragmentationLog(every=2)
+        log = fragmentation_log.FragmentationLog(every=2)
         table = torch.tensor([[1, 2, 3, 0], [7, 5, 3, 1], [0, 0, 0, 0]])
         batch = SimpleNamespace(req_pool_indices=torch.tensor([0, 1, 2]),
                                 seq_lens=torch.tensor([3, 4, 1]), num_padding=1)
@@ -473,13 +494,13 @@ def test_fragmentation_log_every_n_steps_without_padding():
 
 
 def test_defrag_level_from_env(monkeypatch):
-    monkeypatch.delenv(defrag.ENV_VAR, raising=False)
-    assert defrag.defrag_level() == defrag.ALLOCATOR
-    monkeypatch.setenv(defrag.ENV_VAR, "0")
-    assert defrag.defrag_level() == defrag.OFF
-    monkeypatch.setenv(defrag.ENV_VAR, "yes")
+    monkeypatch.delenv(config.DEFRAG_ENV_VAR, raising=False)
+    assert config.defrag_level() == config.DEFRAG_ALLOCATOR
+    monkeypatch.setenv(config.DEFRAG_ENV_VAR, "0")
+    assert config.defrag_level() == config.DEFRAG_OFF
+    monkeypatch.setenv(config.DEFRAG_ENV_VAR, "yes")
     with pytest.raises(ValueError, match="VERIFY_OPS_DEFRAG must be 0 .* got 'yes'"):
-        defrag.defrag_level()
+        config.defrag_level()
 
 
 HOOKS_SCRIPT = textwrap.dedent("""
@@ -490,7 +511,7 @@ HOOKS_SCRIPT = textwrap.dedent("""
     load_plugins()
     from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
     from sglang.srt.runtime_context import get_context
-    from verify_ops.sglang.contiguous_alloc import state_of
+    from verify_ops.sglang.contiguous_alloc import state_of, unsupported_reason
 
     def build(backend):
         with get_context().override_server_args(attention_backend=backend):
@@ -499,7 +520,8 @@ HOOKS_SCRIPT = textwrap.dedent("""
                                                 need_sort=False))
 
     level = os.environ.get("VERIFY_OPS_DEFRAG", "1")
-    hooked = [a for a in build("verify_ops") if a.need_sort and state_of(a) is not None]
+    policy = unsupported_reason() is None
+    hooked = [a for a in build("verify_ops") if a.need_sort and (state_of(a) is not None) == policy]
     stock = [a for a in build("triton") if not a.need_sort and state_of(a) is None]
     patched = sorted(t.rsplit(".", 2)[-2] + "." + t.rsplit(".", 1)[-1]
                      for t, hooks in HookRegistry._hooks.items() if t in HookRegistry._patched
@@ -508,9 +530,9 @@ HOOKS_SCRIPT = textwrap.dedent("""
 """)
 
 
-OUR_TARGETS = ["PagedTokenToKVPoolAllocator.__init__", "TokenToKVPoolAllocator.__init__",
-               "allocation.alloc_for_decode_default", "allocation.alloc_for_extend",
-               "allocation.alloc_for_spec_decode"]
+OUR_TARGETS = ["PagedTokenToKVPoolAllocator.__init__", "TokenToKVPoolAllocator.__init__"] + (
+    ["allocation.alloc_for_decode_default", "allocation.alloc_for_extend",
+     "allocation.alloc_for_spec_decode"] if POLICY_OFF is None else [])
 
 
 @pytest.mark.parametrize("level,targets", [
@@ -524,7 +546,7 @@ def test_install_registers_the_hooks_of_each_level(monkeypatch, level, targets):
     monkeypatch.setattr(HookRegistry, "register", classmethod(
         lambda cls, target, hook, hook_type: registered.append(target)))
     monkeypatch.setattr(defrag, "_installed", False)
-    monkeypatch.setenv(defrag.ENV_VAR, level)
+    monkeypatch.setenv(config.DEFRAG_ENV_VAR, level)
     defrag.install()
     defrag.install()  # idempotent
     assert sorted(t.rsplit(".", 2)[-2] + "." + t.rsplit(".", 1)[-1] for t in registered) == targets
@@ -538,7 +560,7 @@ def test_sglang_plugin_loader_applies_the_hooks():
     # hook registry skips a target it cannot import.
     pytest.importorskip("sglang.srt.managers.scheduler")
     child = subprocess.run([sys.executable, "-c", HOOKS_SCRIPT], capture_output=True,
-                           text=True, timeout=300, env={**os.environ, defrag.ENV_VAR: "2"})
+                           text=True, timeout=300, env={**os.environ, config.DEFRAG_ENV_VAR: "2"})
     assert child.returncode == 0, child.stderr[-5000:]
     expected = sorted(OUR_TARGETS + ["Scheduler.get_next_batch_to_run"])
     assert child.stdout.strip().splitlines()[-1] == f"2 2 2 {expected}", child.stderr[-5000:]

@@ -2,14 +2,9 @@
 
 Both run on real SGLang pools with an EAGLE topk > 1 TARGET_VERIFY batch;
 Triton's kernels run under ``TRITON_INTERPRET=1`` (fp16: the interpreter gets
-bf16 wrong). Triton picks its interpreter per process when SGLang defines its
-kernels, so unless this process already runs interpreted, the tests run in a
-child process and GPU tests sharing this session keep compiled Triton.
+bf16 wrong), in a child process (tests/support/interpreter.py).
 """
 
-import os
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -20,37 +15,19 @@ for _module in ("sglang.srt.configs.model_config", "sglang.srt.model_executor.fo
     pytest.importorskip(_module)
 
 import torch  # noqa: E402
-import triton  # noqa: E402
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-in_child = pytest.mark.skipif(not INTERPRETED, reason="runs in the TRITON_INTERPRET=1 child")
+from tests.support.interpreter import in_child, interpreter_child_test  # noqa: E402
+
 TOL = 2e-3  # fp16 outputs; both kernels accumulate in fp32
 
-
-@pytest.mark.skipif(INTERPRETED, reason="this process already runs Triton interpreted")
-@pytest.mark.skipif(
-    tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 8),
-    reason=f"SGLang's Triton kernels fail in Triton {triton.__version__}'s interpreter (seen "
-           "with 3.6: 'only 0-dimensional arrays can be converted to Python scalars'); "
-           "passes with 3.8. On a GPU, graph_tests/test_sglang_graph.py covers the backend")
-def test_backend_tests_in_triton_interpreter_child():
-    child = subprocess.run(
-        [sys.executable, "-m", "pytest", __file__, "-q", "-s", "-p", "no:cacheprovider",
-         "-p", "no:warnings"],
-        env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True,
-        timeout=600)
-    print(child.stdout[-6000:])
-    assert child.returncode == 0, child.stdout[-20000:] + child.stderr[-5000:]
-    assert " passed" in child.stdout and " failed" not in child.stdout
+test_backend_tests_in_triton_interpreter_child = interpreter_child_test(__file__)
 
 
 @pytest.fixture()
 def sg():
-    if os.path.dirname(__file__) not in sys.path:  # e.g. under --import-mode=importlib
-        sys.path.insert(0, os.path.dirname(__file__))
-    import sglang_conftest  # defines SGLang's Triton kernels: only after TRITON_INTERPRET
+    from tests.support import sglang_objects  # defines SGLang's Triton kernels: only after TRITON_INTERPRET
 
-    return sglang_conftest
+    return sglang_objects
 
 
 def _gen(seed):
@@ -58,22 +35,13 @@ def _gen(seed):
 
 
 def _run_verify(sg, shape, backend, runner, batch, tree, q, k, v, layer, **kwargs):
-    """Drafter writes the mask, then one eager TARGET_VERIFY forward into a NaN output."""
-    mask = sg.write_tree_mask(shape, tree, batch.seq_lens, backend)
-    fb = sg.forward_batch(shape, runner, batch, sg.verify_input(shape, tree, mask, batch.seq_lens))
-    _poison_draft_slots(runner, batch)
-    fb._attn_output = torch.full(q.shape, float("nan"), dtype=q.dtype)
-    backend.init_forward_metadata(fb)
-    out = backend.forward(q, k, v, layer, fb, **kwargs)
-    assert out.data_ptr() == fb._attn_output.data_ptr()
-    return out, mask, fb
+    return sg.run_verify(shape, backend, runner, batch, tree, q, k, v, layer, **kwargs)
 
 
 def _poison_draft_slots(runner, batch):
-    # Each backend must store the drafts' K/V itself before attending to them.
-    for buffer in (runner.token_to_kv_pool.get_key_buffer(0),
-                   runner.token_to_kv_pool.get_value_buffer(0)):
-        buffer[batch.out_cache_loc] = float("nan")
+    from tests.support.sglang_objects import poison_draft_slots
+
+    poison_draft_slots(runner, batch, [SimpleNamespace(layer_id=0)])
 
 
 def _reference(shape, runner, batch, q, tree_mask):
@@ -229,16 +197,22 @@ def test_verify_mask_bytes_at_long_context(sg, monkeypatch):
 
 
 @in_child
-def test_model_with_soft_capped_layer_keeps_triton_path(sg, monkeypatch, caplog):
-    from sglang.srt.speculative.eagle_utils import TreeMaskMode
-
-    from verify_ops.sglang import fallback
+@pytest.mark.parametrize("case", ["NGRAM", "xai temperature"])
+def test_model_level_fallbacks_keep_tritons_mask_and_count(sg, monkeypatch, caplog, case):
+    from verify_ops.sglang import fallback, stats
     from verify_ops.sglang.backend import VerifyOpsAttnBackend
 
     monkeypatch.setattr(fallback, "_logged", set())
+    monkeypatch.setenv("VERIFY_OPS_LOG_VERIFY", "1")
+    stats.reset()
     shape = sg.Shape()
-    layer = sg.attention_layer(shape, logit_cap=30.0)
-    with sg.sglang_config(shape), caplog.at_level("WARNING"):
+    layer = sg.attention_layer(shape)
+    if case == "xai temperature":
+        layer.xai_temperature_len = 1024
+    expected = {"NGRAM": "speculative algorithm NGRAM (its drafter writes FULL_MASK)",
+                "xai temperature": "xai temperature scaling"}[case]
+    with sg.sglang_config(shape, "NGRAM" if case == "NGRAM" else "EAGLE"), \
+            caplog.at_level("INFO"):
         triton, _, runner = sg.build_backends(shape)
         runner.model = torch.nn.ModuleList([layer])  # scanned at construction
         ops = VerifyOpsAttnBackend(runner)
@@ -247,96 +221,44 @@ def test_model_with_soft_capped_layer_keeps_triton_path(sg, monkeypatch, caplog)
         q, k, v = sg.random_qkv(shape, _gen(9))
         out_triton, _, _ = _run_verify(sg, shape, triton, runner, batch, tree, q, k, v, layer)
         out_ops, _, _ = _run_verify(sg, shape, ops, runner, batch, tree, q, k, v, layer)
-        ops.init_cuda_graph_state(2, 2 * shape.num_drafts)
     assert torch.equal(out_ops, out_triton)
-    assert ops.verify_mask.mode == TreeMaskMode.FULL_MASK
-    assert [r.getMessage() for r in caplog.records].count(
-        "verify_ops: logit soft-capping is not supported by the tree op; "
-        "TARGET_VERIFY uses Triton's path instead") == 1
-
-
-@in_child
-@pytest.mark.parametrize("case", ["fp8 KV", "sliding window", "NGRAM"])
-def test_model_level_fallbacks_keep_tritons_mask(sg, monkeypatch, caplog, case):
-    from verify_ops.sglang import fallback
-    from verify_ops.sglang.backend import VerifyOpsAttnBackend
-
-    monkeypatch.setattr(fallback, "_logged", set())
-    shape = sg.Shape(dtype=torch.float8_e4m3fn) if case == "fp8 KV" else sg.Shape()
-    with sg.sglang_config(shape, "NGRAM" if case == "NGRAM" else "EAGLE"), \
-            caplog.at_level("WARNING"):
-        runner = sg.stand_in_runner(shape)
-        runner.sliding_window_size = 16 if case == "sliding window" else None
-        ops = VerifyOpsAttnBackend(runner)
-    expected = {"fp8 KV": "KV cache dtype torch.float8_e4m3fn",
-                "sliding window": "sliding-window attention",
-                "NGRAM": "speculative algorithm NGRAM"}[case]
-    assert not ops.serves_verify and ops.verify_mask is None
-    assert sum(expected in r.getMessage() for r in caplog.records) == 1
-
-
-@in_child
-@pytest.mark.parametrize("attribute", ["sinks", "attention_sink_bias"])
-def test_model_with_attention_sinks_keeps_triton_path_under_graphs(sg, monkeypatch, caplog,
-                                                                   attribute):
-    """Sinks arrive per call, too late under CUDA graphs: a model that holds them
-    (gpt-oss and Granite as ``sinks``, MiMo as ``attention_sink_bias``) is
-    found at construction and served by Triton's path, graphs included."""
-    from verify_ops.sglang import fallback
-    from verify_ops.sglang.backend import VerifyOpsAttnBackend
-
-    monkeypatch.setattr(fallback, "_logged", set())
-    shape = sg.Shape()
-    sinks = 2 + torch.randn(shape.num_q_heads, generator=_gen(14))
-    attention = torch.nn.Module()  # as the models hold them: beside the RadixAttention
-    attention.attn = sg.attention_layer(shape)
-    setattr(attention, attribute, torch.nn.Parameter(sinks, requires_grad=False))
-    with sg.sglang_config(shape), caplog.at_level("WARNING"):
-        triton, _, runner = sg.build_backends(shape)
-        runner.model = torch.nn.ModuleList([attention])
-        ops = VerifyOpsAttnBackend(runner)
-        assert not ops.serves_verify and ops.verify_mask is None
-        batch, tree = sg.place_batch(shape, runner, _gen(15)), sg.draft_tree(shape, _gen(16))
-        q, k, v = sg.random_qkv(shape, _gen(17))
-        outs = {}
-        for name, backend in (("triton", triton), ("ops", ops)):
-            eager, _, fb = _run_verify(sg, shape, backend, runner, batch, tree, q, k, v,
-                                       attention.attn, sinks=sinks)
-            backend.init_cuda_graph_state(shape.bs, shape.bs * shape.num_drafts)
-            backend.init_forward_metadata_out_graph(fb, in_capture=True)
-            fb._attn_output = None
-            outs[name] = (eager, backend.forward(q, k, v, attention.attn, fb, sinks=sinks))
-    assert all(torch.equal(a, b) for a, b in zip(outs["ops"], outs["triton"]))
     messages = [r.getMessage() for r in caplog.records]
-    assert sum("attention sinks is not supported" in m for m in messages) == 1
+    assert sum(expected in m and "not supported" in m for m in messages) == 1
+    assert messages.count(f"verify_ops: TARGET_VERIFY served by Triton fallback ({expected})") == 1
+    assert stats.snapshot() == {"served": 0, "fallbacks": {expected: 1}}
 
 
 @in_child
-def test_sinks_fall_back_to_triton_eagerly_and_refuse_under_graphs(sg, monkeypatch, caplog):
-    from verify_ops.sglang import fallback
+def test_forward_time_fallback_runs_triton_eagerly_counts_and_refuses_under_graphs(
+        sg, monkeypatch, caplog):
+    """A reason only a call shows (here ``save_kv_cache=False`` with explicit k/v):
+    eagerly Triton's path serves the batch, counted and logged once per batch;
+    under CUDA-graph metadata the backend refuses instead."""
+    from verify_ops.sglang import fallback, stats
 
     monkeypatch.setattr(fallback, "_logged", set())
+    monkeypatch.setenv("VERIFY_OPS_LOG_VERIFY", "1")
+    stats.reset()
     shape = sg.Shape()
-    sinks = 2 + torch.randn(shape.num_q_heads, generator=_gen(10))
-    with sg.sglang_config(shape), caplog.at_level("WARNING"):
+    reason = "save_kv_cache=False with explicit k/v"
+    with sg.sglang_config(shape), caplog.at_level("INFO"):
         triton, ops, runner = sg.build_backends(shape)
         batch, tree = sg.place_batch(shape, runner, _gen(11)), sg.draft_tree(shape, _gen(12))
         q, k, v = sg.random_qkv(shape, _gen(13))
         layer = sg.attention_layer(shape)
         out_triton, _, _ = _run_verify(sg, shape, triton, runner, batch, tree, q, k, v, layer,
-                                       sinks=sinks)
+                                       save_kv_cache=False)
         out_ops, _, fb = _run_verify(sg, shape, ops, runner, batch, tree, q, k, v, layer,
-                                     sinks=sinks)
+                                     save_kv_cache=False)
         assert torch.equal(out_ops, out_triton)
         fb._attn_output = None  # fresh outputs from here on
-        again = ops.forward(q, k, v, layer, fb, sinks=sinks)  # Triton metadata reused
+        again = ops.forward(q, k, v, layer, fb, save_kv_cache=False)  # same batch, next layer
         assert torch.equal(again, out_triton)
-        without_sinks = ops.forward(q, k, v, layer, fb)
-        assert _err(without_sinks, out_triton.reshape(-1, shape.num_q_heads, shape.head_dim)
-                    .double(), shape) > 1e-2, "sinks must change the output"
         ops.init_cuda_graph_state(shape.bs, shape.bs * shape.num_drafts)
         ops.init_forward_metadata_out_graph(fb, in_capture=True)
-        with pytest.raises(RuntimeError, match="attention sinks showed up only at forward time"):
-            ops.forward(q, k, v, layer, fb, sinks=sinks)
+        with pytest.raises(RuntimeError, match=f"{reason} showed up only at forward time"):
+            ops.forward(q, k, v, layer, fb, save_kv_cache=False)
     messages = [r.getMessage() for r in caplog.records]
-    assert sum("attention sinks" in m for m in messages) == 1
+    assert sum(reason in m and "not supported" in m for m in messages) == 1
+    assert messages.count(f"verify_ops: TARGET_VERIFY served by Triton fallback ({reason})") == 1
+    assert stats.snapshot() == {"served": 0, "fallbacks": {reason: 1}}

@@ -81,3 +81,21 @@ def test_sglang_load_plugins_enables_the_flag_in_a_fresh_process():
     child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                            timeout=300)
     assert child.returncode == 0 and child.stdout.strip().endswith("OK"), child.stderr[-5000:]
+
+
+def test_register_lets_tree_drafts_run_on_paged_pools():
+    """SGLang refuses topk > 1 with page_size > 1 unless the backend is in a tuple
+    local to its EAGLE handler; register() widens that tuple, once."""
+    speculative_hook = pytest.importorskip("sglang.srt.arg_groups.speculative_hook")
+    from verify_ops.sglang import plugin
+
+    def allowed_lists():
+        return [c for c in speculative_hook._handle_eagle_family.__code__.co_consts
+                if isinstance(c, tuple) and "fa3" in c and "triton" in c]
+
+    assert len(allowed_lists()) == 1, "SGLang's check changed: revisit allow_paged_tree_drafts"
+    plugin.register()
+    plugin.register()
+    (allowed,) = allowed_lists()
+    assert set(allowed) == {"flashinfer", "fa3", "triton", "verify_ops"}
+    assert len(allowed) == 4

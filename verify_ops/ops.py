@@ -1,7 +1,7 @@
 """Python wrappers and fake (meta) kernels for the ``torch.ops.verify`` ops.
 
 The schemas live in ``csrc/torch_bindings.cpp``. The fake kernels run the same
-shape checks as the C++ kernels (``csrc/checks.cpp``), with the same messages,
+shape checks as the C++ kernels (``csrc/common/tree_attn_checks.cpp``), with the same messages,
 so ``torch.compile`` rejects bad input at trace time the way eager code does.
 """
 

@@ -1,7 +1,7 @@
 """``verify.relocate_kv``: move KV slots to new slots in every layer, in one launch.
 
 The schema lives in ``csrc/torch_bindings.cpp``. The fake kernel runs the same
-checks as ``csrc/relocate_kv_checks.cpp``, with the same messages.
+checks as ``csrc/common/relocate_kv_checks.cpp``, with the same messages.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _check_slots(t: torch.Tensor, name: str, first_k: torch.Tensor) -> None:
 
 
 def check_relocate_kv_args(k_caches, v_caches, src_slots, dst_slots) -> None:
-    """Mirror of ``check_relocate_kv_args`` in csrc/relocate_kv_checks.cpp."""
+    """Mirror of ``check_relocate_kv_args`` in csrc/common/relocate_kv_checks.cpp."""
     if len(k_caches) == 0:
         _fail("k_caches must hold at least one layer, got 0")
     if len(v_caches) != len(k_caches):

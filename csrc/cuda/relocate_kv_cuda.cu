@@ -79,6 +79,8 @@ void launch_with_vector(int vec_bytes, const RelocateParams& p, dim3 grid, cudaS
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+}  // namespace
+
 void relocate_kv_cuda(at::TensorList k_caches, at::TensorList v_caches,
                       const at::Tensor& src_slots, const at::Tensor& dst_slots) {
   const RelocateShape s = check_relocate_kv_args(k_caches, v_caches, src_slots, dst_slots);
@@ -127,8 +129,6 @@ void relocate_kv_cuda(at::TensorList k_caches, at::TensorList v_caches,
       launch_with_vector<int32_t>(vec, p, grid, stream);
   }
 }
-
-}  // namespace
 
 TORCH_LIBRARY_IMPL(verify, CUDA, m) { m.impl("relocate_kv", &relocate_kv_cuda); }
 

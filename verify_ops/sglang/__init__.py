@@ -1,2 +1,4 @@
-"""SGLang integration: the ``verify_ops`` attention backend, its plugin entry point,
-and the defrag hooks that keep each request's KV contiguous (``defrag.py``)."""
+"""SGLang integration: the ``verify_ops`` attention backend (``backend.py``), its
+plugin entry point (``plugin.py``), and the defrag hooks that keep each
+request's KV contiguous (``defrag.py``). ``config.py`` holds the names and
+settings they share."""

@@ -31,12 +31,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence
 
 import torch
-from sglang.srt.mem_cache.allocator import (
-    PagedTokenToKVPoolAllocator,
-    TokenToKVPoolAllocator,
-    alloc_decode_naive,
-    alloc_extend_naive,
-)
+from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from sglang.srt.mem_cache.allocator.paged import alloc_extend_naive  # SGLang 0.5.17 and 0.5.23
 
 from .free_runs import FreeRuns
 
@@ -161,11 +157,8 @@ class ContiguousAllocation:
         pages = self.take(wants)
         if pages is None:
             return None
-        out = torch.empty((len(opens_page),), dtype=torch.int64, device=self.allocator.device)
         new_pages = torch.cat(pages) if pages else torch.zeros(0, dtype=torch.int64)
-        alloc_decode_naive(seq_lens, last_loc, new_pages.to(self.allocator.device), out, ps,
-                           len(wants))
-        return out
+        return decode_slots(seq_lens, last_loc, new_pages.to(self.allocator.device), ps)
 
     def fold_pending(self) -> None:
         """Return every freed page to the free mask, waiting for copies in flight."""
@@ -296,11 +289,28 @@ class ContiguousAllocation:
         return (pages[:, None] * self.page_size + torch.arange(self.page_size)).reshape(-1)
 
 
+# The allocator internals the policy takes over or calls, as SGLang 0.5.23 has them
+# (0.5.17 frees through other paths: the policy stays off there).
+_TOKEN_INTERNALS = ("get_all_free_pages", "_copy_for_free_group")
+_PAGED_INTERNALS = ("get_all_free_pages", "_release_page_ids")
+
+
+def unsupported_reason() -> Optional[str]:
+    """Why this SGLang's allocators cannot take the policy, or None."""
+    missing = [f"{cls.__name__}.{name}" for cls, names in (
+        (TokenToKVPoolAllocator, _TOKEN_INTERNALS), (PagedTokenToKVPoolAllocator, _PAGED_INTERNALS))
+        for name in names if not hasattr(cls, name)]
+    return f"this SGLang's allocators lack {', '.join(missing)}" if missing else None
+
+
 def attach(allocator) -> ContiguousAllocation:
     """Make one stock token or paged allocator contiguity-aware; idempotent."""
     if type(allocator) not in (TokenToKVPoolAllocator, PagedTokenToKVPoolAllocator):
         raise TypeError("contiguity-aware allocation hooks TokenToKVPoolAllocator and "
                         f"PagedTokenToKVPoolAllocator only, got {type(allocator).__name__}")
+    reason = unsupported_reason()
+    if reason is not None:
+        raise TypeError(f"contiguity-aware allocation: {reason}")
     state = state_of(allocator)
     if state is None:
         state = ContiguousAllocation(allocator)
@@ -312,3 +322,16 @@ def attach(allocator) -> ContiguousAllocation:
 def state_of(allocator) -> Optional[ContiguousAllocation]:
     """The policy attached to ``allocator``, if any."""
     return getattr(allocator, _STATE_ATTR, None)
+
+
+def decode_slots(seq_lens: torch.Tensor, last_loc: torch.Tensor, new_pages: torch.Tensor,
+                 page_size: int) -> torch.Tensor:
+    """Each request's decode slot: the slot after ``last_loc``, or the first slot of
+    the next of ``new_pages`` (in request order) for a request whose token opens a
+    page. ``seq_lens`` counts that token."""
+    opens_page = (seq_lens - 1) % page_size == 0
+    if new_pages.numel() == 0:
+        return last_loc + 1
+    rank = (torch.cumsum(opens_page.long(), 0) - 1).clamp(min=0, max=new_pages.numel() - 1)
+    return torch.where(opens_page, new_pages[rank] * page_size, last_loc + 1)
+

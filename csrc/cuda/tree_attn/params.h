@@ -7,6 +7,9 @@
 
 namespace verify_ops {
 
+// The pool's element type, beside q's own.
+enum class KvDtype { kSameAsQ, kFp8E4m3, kFp8E5m2 };
+
 struct TreeAttnParams {
   // Element strides; the last dim of q, k, v and out is contiguous.
   const void* q;
@@ -48,6 +51,19 @@ struct TreeAttnParams {
   int num_splits;        // grid size along the KV sequence (shape-derived)
   int split_min_tokens;  // a split never covers fewer tokens than this
   float scale_log2;      // sm_scale * log2(e), made positive by the host
+
+  // The op's options, read by the option kernels only (OPTIONS = true; the
+  // plain kernels serve calls that use none). Last, so that the plain
+  // kernels' fields keep their offsets.
+  const float* k_scale;  // [1] or null (1): scores are scaled by it too
+  const float* v_scale;  // [1] or null (1): the output is
+  const float* sinks;    // [Hq] natural-log logits in the denominator, or null
+  int64_t sinks_stride;
+  float* lse;            // [bs*D, Hq] natural-log LSE out, or null
+  int64_t lse_stride_token, lse_stride_head;
+  float logit_cap;       // > 0: scores become cap * tanh(score / cap); 0: off
+  float logit_cap_inverse;  // 1 / logit_cap
+  int sliding_window;    // >= 0: keys at logical positions P - W .. P; -1: off
 };
 
 }  // namespace verify_ops

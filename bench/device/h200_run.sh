@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One device call: build for sm_90a, run the test suites, the sanitizers, the
+# SASS hazard scan and the benchmark; full logs go to $OUT, a short summary
+# prints last.
+#   usage: bash bench/device/h200_run.sh [bench args...]
+#   (needs $OUT; installs what bench/device/env.sh finds carried: SGLang's
+#   wheels in .whl/, FlashInfer in .devdeps/payload/)
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/verify_ops_out}
+mkdir -p "$OUT"
+summary=()
+step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember the exit code
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-12s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$(tail -n 1 "$OUT/$name.log" | cut -c1-110)")")
+  return $rc
+}
+
+cd "$(dirname "$0")/../.."
+source bench/device/env.sh
+step build 400 env TORCH_CUDA_ARCH_LIST=9.0a VERIFY_OPS_PTXAS_VERBOSE=1 \
+  python3 -m pip install --no-build-isolation --no-deps -v -e . || { printf '%s\n' "${summary[@]}"; tail -40 "$OUT/build.log"; exit 1; }
+# A kernel that hangs costs a minute here, not the rest of the device call.
+step smoke 90 python3 graph_tests/sanitize_case.py || { printf '%s\n' "${summary[@]}"; tail -20 "$OUT/smoke.log"; exit 1; }
+# PYTEST_PATHS narrows the suites when the device call's time is short.
+step pytest "${PYTEST_TIMEOUT:-420}" python3 -m pytest ${PYTEST_PATHS:-tests compile_tests graph_tests bench/probes/tests} \
+  -q -rs -p no:cacheprovider --continue-on-collection-errors
+step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
+# Barriers and warpgroup instructions reached by only some of their threads.
+step synccheck 200 compute-sanitizer --tool synccheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
+step sass 120 python3 graph_tests/wgmma_sass_check.py
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  step bench "${BENCH_TIMEOUT:-1200}" python3 -m bench.bench_tree_attn --out "$OUT/bench.json" \
+    --plot "$OUT/bench.png" "$@"
+fi
+[ "${SKIP_SGLANG_BENCH:-0}" = 1 ] || step sglang_bench 300 python3 -m bench.sglang_backend_bench \
+  --out "$OUT/sglang_backend_bench.json"
+[ "${SKIP_RACECHECK:-0}" = 1 ] || step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
+if [ -n "${EXTRA:-}" ]; then step extra 400 bash -c "$EXTRA"; fi
+echo "=== gpu ==="; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
+echo "=== pytest failures ==="; grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -20
+echo "=== sanitizer ==="; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|relative error" "$OUT"/*check.log
+echo "=== ptxas ==="; grep -A2 "tree_attn_kernel" "$OUT/build.log" | grep -E "registers|spill" | sort | uniq -c | head
+echo "=== bench ==="; tail -n 60 "$OUT/bench.log" 2>/dev/null
+echo "=== sglang backend bench ==="; tail -n 12 "$OUT/sglang_bench.log" 2>/dev/null
+echo "=== steps ==="; printf '%s\n' "${summary[@]}"
