@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import verify_ops
 
@@ -72,7 +72,8 @@ class LiveServer:
 
     def __init__(self, *, model: Path, draft: Path, spec: SpecConfig, backend: str,
                  log_path: Path, env: Optional[dict[str, str]] = None,
-                 max_total_tokens: int = 4096, start_timeout_s: float = 300):
+                 max_total_tokens: int = 4096, extra_args: Sequence[str] = (),
+                 start_timeout_s: float = 300):
         self.port = free_port()
         self.log_path = log_path
         self.start_timeout_s = start_timeout_s
@@ -90,7 +91,7 @@ class LiveServer:
             # One KV split: Triton's interpreter runs every program of the grid.
             "--triton-attention-num-kv-splits", "1",
             "--max-total-tokens", str(max_total_tokens), "--skip-server-warmup", "--random-seed", "0",
-            "--host", "127.0.0.1", "--port", str(self.port)]
+            "--host", "127.0.0.1", "--port", str(self.port), *extra_args]
         self.env = server_env(env or {})
         self.process: Optional[subprocess.Popen] = None
 
@@ -156,10 +157,12 @@ def server_env(extra: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ)
     paths = [str(CHECKOUT), str(PLUGINS)] + [p for p in env.get("PYTHONPATH", "").split(
         os.pathsep) if p]
-    # TORCHDYNAMO_DISABLE: SGLang's few torch.compile'd helpers run eagerly
-    # instead of waiting for a C++ compiler.
-    env.update(PYTHONPATH=os.pathsep.join(paths), TRITON_INTERPRET="1",
-               TORCHDYNAMO_DISABLE="1", VERIFY_OPS_LOG_VERIFY="1")
+    # CUDA_VISIBLE_DEVICES: SGLang's CPU path on a GPU machine too (it picks
+    # kernels by the platform it sees, not by --device). TORCHDYNAMO_DISABLE:
+    # SGLang's few torch.compile'd helpers run eagerly instead of waiting for a
+    # C++ compiler.
+    env.update(PYTHONPATH=os.pathsep.join(paths), CUDA_VISIBLE_DEVICES="",
+               TRITON_INTERPRET="1", TORCHDYNAMO_DISABLE="1", VERIFY_OPS_LOG_VERIFY="1")
     env.update(extra)
     return env
 

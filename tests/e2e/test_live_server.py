@@ -50,9 +50,10 @@ NEW_TOKENS = 24
 NUM_STEPS = 3
 CHAIN = dict(topk=1, num_steps=NUM_STEPS, num_draft_tokens=NUM_STEPS + 1)
 TREE = dict(topk=2, num_steps=NUM_STEPS, num_draft_tokens=6)
-# Live relocation: looked for every 2 scheduling steps (not 64), in a pool
-# small enough that the running requests grow into each other.
-RELOCATION_ENV = {"VERIFY_OPS_DEFRAG": "2", "E2E_RELOCATE_EVERY_STEPS": "2"}
+# Live relocation: looked for at every scheduling step (not every 64th), in a
+# pool small enough that the running requests grow into each other, and
+# without the radix cache, which would keep finished requests' KV in it.
+RELOCATION_ENV = {"VERIFY_OPS_DEFRAG": "2", "E2E_RELOCATE_EVERY_STEPS": "1"}
 TIGHT_POOL_TOKENS = 128
 
 
@@ -61,6 +62,7 @@ class Case:
     spec: SpecConfig
     env: dict = field(default_factory=dict)
     max_total_tokens: int = 4096
+    server_args: tuple[str, ...] = ()
 
     @property
     def relocates(self) -> bool:
@@ -69,7 +71,8 @@ class Case:
 
 STANDALONE_CHAIN = Case(SpecConfig("STANDALONE", **CHAIN))
 STANDALONE_TREE = Case(SpecConfig("STANDALONE", **TREE), env=RELOCATION_ENV,
-                       max_total_tokens=TIGHT_POOL_TOKENS)
+                       max_total_tokens=TIGHT_POOL_TOKENS,
+                       server_args=("--disable-radix-cache",))
 EAGLE_CHAIN = Case(SpecConfig("EAGLE", **CHAIN))
 EAGLE_TREE = Case(SpecConfig("EAGLE", **TREE))
 CASES = {case.spec.name: case for case in (STANDALONE_CHAIN, STANDALONE_TREE, EAGLE_CHAIN,
@@ -108,21 +111,33 @@ def serve(models, prompts, tmp_path_factory):
     """``serve(case_name, backend)``: the server's answers, from one server per
     (case, backend), started on first use and stopped once it has answered."""
     logs = tmp_path_factory.mktemp("server-logs")
-    answers: dict[tuple[str, str], Served] = {}
+    answers: dict[tuple[str, str], Served | Exception] = {}
 
     def run(name: str, backend: str) -> Served:
         if (name, backend) not in answers:
-            case = CASES[name]
-            draft = models.target if case.spec.algorithm == "STANDALONE" else models.eagle
-            log_path = logs / f"{name}-{backend}.log"
-            with LiveServer(model=models.target, draft=draft, spec=case.spec, backend=backend,
-                            log_path=log_path, env=case.env,
-                            max_total_tokens=case.max_total_tokens) as server:
+            try:
+                answers[name, backend] = answer(name, backend, logs / f"{name}-{backend}.log")
+            except Exception as error:  # every test of this server fails with it, none retries
+                answers[name, backend] = error
+        result = answers[name, backend]
+        if isinstance(result, Exception):
+            raise RuntimeError(f"the {backend} server of {name} failed") from result
+        return result
+
+    def answer(name: str, backend: str, log_path: Path) -> Served:
+        case = CASES[name]
+        draft = models.target if case.spec.algorithm == "STANDALONE" else models.eagle
+        with LiveServer(model=models.target, draft=draft, spec=case.spec, backend=backend,
+                        log_path=log_path, env=case.env,
+                        max_total_tokens=case.max_total_tokens,
+                        extra_args=case.server_args) as server:
+            try:
                 results = server.generate(prompts, NEW_TOKENS)
-            answers[name, backend] = Served([r["output_ids"] for r in results],
-                                            [Rounds.from_meta(r["meta_info"]) for r in results],
-                                            server.log())
-        return answers[name, backend]
+            except Exception as error:
+                raise RuntimeError(f"generate failed; server log tail:\n{server.log_tail()}"
+                                   ) from error
+        return Served([r["output_ids"] for r in results],
+                      [Rounds.from_meta(r["meta_info"]) for r in results], server.log())
 
     return run
 
