@@ -5,7 +5,7 @@ is a CUDA build and a CUDA toolkit is found. TORCH_CUDA_ARCH_LIST overrides the
 default targets sm_90a (H100/H200), sm_100a (B200) and sm_120a (RTX 50-series).
 VERIFY_OPS_PTXAS_VERBOSE=1 prints ptxas' register and spill counts;
 VERIFY_OPS_CTA_STAMPS=1 builds the kernels with per-CTA timestamps
-(bench/cta_stamps.py), for probing only.
+(bench/probes/cta_stamps.py), for probing only.
 """
 
 import glob
@@ -60,7 +60,7 @@ def extension():
         nvcc_flags.append("-DVERIFY_OPS_SM90A=1")
     if os.environ.get("VERIFY_OPS_PTXAS_VERBOSE") == "1":
         nvcc_flags.append("-Xptxas=-v")
-    # Per-CTA timestamps for bench/cta_stamps.py; never in a build to ship.
+    # Per-CTA timestamps for bench/probes/cta_stamps.py; never in a build to ship.
     if os.environ.get("VERIFY_OPS_CTA_STAMPS") == "1":
         nvcc_flags.append("-DVERIFY_OPS_CTA_STAMPS=1")
     return cpp_extension.CUDAExtension(

@@ -2,6 +2,13 @@
 
     python -m bench.bench_tree_attn        # every case; JSON and PNG in bench_out/
 
+The cases: batch 1 and 8; contexts 4k to 256k; D = 4 as a chain (SGLang's
+default top-1 speculation), D = 8 to 64 as EAGLE trees; five head shapes; a
+fragmented page_size-1 pool. verify_ops, FlashInfer and FA3 (each as SGLang's
+flashinfer and fa3 backends call them) run on every case, SGLang's Triton
+verify, SDPA and FlexAttention on the cases the --baseline-* lists name. A
+method whose package is missing here is skipped, with the reason in its rows.
+
 Each case is timed as a model runs it: one CUDA graph calls the kernel once per
 layer for N layers, each with its own K/V buffers (N streams >= 4x the L2), and
 the replay time is divided by N; the median of the replays is reported, after
@@ -19,62 +26,52 @@ power cap lowers the clock (their sustained rates are recorded beside them).
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import itertools
-import json
 import os
-import platform
 import sys
+import time
 
 import torch
 
-from verify_ops.reference import relative_error, tree_attn_ref
+from verify_ops.reference import relative_error
 
-from .methods import METHODS
-from .timing import copy_bandwidth_bytes_per_s, matmul_flops_per_s, time_per_layer_us
-from .workload import Shape, make_workload
+from .methods import METHODS, MethodUnavailable
+from .oracle import CHECK_TOL, check_method, reference, short_check_shape
+from .report import run_meta, save_rows
+from .timing import burst_ceilings, describe_ceilings, sustained_ceilings, time_per_layer_us
+from .workload import Shape, make_workload, parse_case
 
-CHECK_TOL = 1e-2
-# At long context the drafts carry little of the softmax weight: an output that
-# drops them is within CHECK_TOL of the reference (5.9e-3 at 64k D8). So every
-# method is also checked on the same heads, drafts and layout at this short
-# context, where the tree dominates the output.
-CHECK_SHORT_CONTEXT = 64
-
-
-def short_check_shape(shape: Shape) -> Shape:
-    """The tree-sensitive check case of ``shape``: same everything, a short prefix."""
-    return Shape(shape.batch, min(shape.seq_len, CHECK_SHORT_CONTEXT), shape.num_drafts,
-                 shape.num_q_heads, shape.num_kv_heads, shape.head_dim, shape.layout)
-
-
-def check_method(name: str, w) -> float:
-    """Largest relative error of method ``name`` over every layer of ``w`` (eager calls)."""
-    calls = METHODS[name](w)
-    worst = 0.0
-    for i, call in enumerate(calls):
-        worst = max(worst, relative_error(call().float(), tree_attn_ref(*w.case(i).args())))
-    del calls
-    return worst
+# Methods timed on every case; the others only where the --baseline-* lists hold it.
+EVERY_CASE_METHODS = "verify_ops,flashinfer,fa3"
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--contexts", default="4096,16384,65536")
+    p.add_argument("--contexts", default="4096,16384,65536,131072,262144")
     p.add_argument("--batches", default="1,8")
-    p.add_argument("--drafts", default="8,16,32,64")
+    p.add_argument("--drafts", default="4,8,16,32,64")
+    p.add_argument("--chain-drafts", default="4",
+                   help="draft counts run as a chain (SGLang's default 3 steps, top-1, 4 "
+                        "tokens); the others as EAGLE trees")
     p.add_argument("--heads", default="8/1/128,32/8/128,64/8/128,16/2/256,32/4/64",
                    help="Hq/Hkv/head_dim triples")
-    p.add_argument("--layouts", default="fragmented,contiguous")
+    p.add_argument("--layouts", default="fragmented",
+                   help="fragmented and/or contiguous slots (contiguous was within -3.8 to "
+                        "+1.9 %% of fragmented over 240 cases, history/NOTES.md v15)")
     p.add_argument("--cases", default=None,
-                   help="explicit cases batch/context/drafts/Hq/Hkv/head_dim/layout, comma-"
-                        "separated, instead of the product of the five lists above")
-    p.add_argument("--methods", default="verify_ops,triton,flex,sdpa")
+                   help="explicit cases batch/context/drafts/Hq/Hkv/head_dim/layout[/tree], "
+                        "comma-separated, instead of the product of the lists above")
+    p.add_argument("--methods", default="verify_ops,flashinfer,fa3,triton,flex,sdpa")
+    p.add_argument("--every-case-methods", default=EVERY_CASE_METHODS,
+                   help="methods timed on every case; the others on the --baseline-* cases")
     p.add_argument("--baseline-batches", default="1,8",
-                   help="batches at which baselines run (they are slow); verify_ops runs at all")
+                   help="batches at which the other baselines run (they are slow)")
     p.add_argument("--baseline-layouts", default="fragmented,contiguous")
-    p.add_argument("--baseline-drafts", default="8,16,32,64")
+    p.add_argument("--baseline-drafts", default="4,8,16,32,64")
+    p.add_argument("--baseline-contexts", default="4096,16384,65536",
+                   help="SDPA and Flex gather each layer's K+V beforehand (twice the case's "
+                        "memory) and Triton takes about 20 ms a layer at 256k")
     p.add_argument("--out", default="bench_out/tree_attn.json", help="JSON results path")
     p.add_argument("--plot", default="bench_out/tree_attn.png", help="PNG plot path")
     return p.parse_args(argv)
@@ -84,19 +81,12 @@ def ints(text):
     return [int(x) for x in text.split(",") if x]
 
 
-def parse_case(text: str) -> Shape:
-    """``batch/context/drafts/Hq/Hkv/head_dim/layout``, e.g. ``1/65536/16/64/8/128/fragmented``."""
-    fields = text.split("/")
-    if len(fields) != 7:
-        raise ValueError(f"a case is batch/context/drafts/Hq/Hkv/head_dim/layout, got {text!r}")
-    return Shape(*(int(x) for x in fields[:6]), fields[6])
-
-
 def shapes_of(args) -> list[Shape]:
     if args.cases:
         return [parse_case(c) for c in args.cases.split(",") if c]
     heads = [tuple(int(x) for x in h.split("/")) for h in args.heads.split(",")]
-    return [Shape(batch, ctx, d, hq, hkv, hd, layout)
+    chains = ints(args.chain_drafts)
+    return [Shape(batch, ctx, d, hq, hkv, hd, layout, "chain" if d in chains else "eagle")
             for batch, ctx, d, (hq, hkv, hd), layout in itertools.product(
                 ints(args.batches), ints(args.contexts), ints(args.drafts), heads,
                 args.layouts.split(","))]
@@ -114,71 +104,92 @@ def case_row(shape: Shape, num_layers: int, ceilings: dict) -> dict:
 
 
 def methods_for(shape: Shape, args, methods: list[str]) -> list[str]:
-    """The methods timed on ``shape``: verify_ops always, the baselines where the
-    --baseline-* lists hold the case."""
+    """The methods timed on ``shape``: the --every-case-methods always, the other
+    baselines where the --baseline-* lists hold the case."""
+    every = args.every_case_methods.split(",")
     with_baselines = (shape.batch in ints(args.baseline_batches)
                       and shape.layout in args.baseline_layouts.split(",")
-                      and shape.num_drafts in ints(args.baseline_drafts))
-    return [m for m in methods if m == "verify_ops" or with_baselines]
+                      and shape.num_drafts in ints(args.baseline_drafts)
+                      and shape.seq_len in ints(args.baseline_contexts))
+    return [m for m in methods if m in every or with_baselines]
+
+
+def run_method(name: str, w, short, ref: torch.Tensor, roofline_us: float) -> dict:
+    """One method on one case: both checks, then the timing if they pass."""
+    result = {}
+    try:
+        result["rel_err_short"] = check_method(name, short)
+        calls = METHODS[name](w)
+        if hasattr(calls[0], "note"):  # how a baseline had to be set up for this shape
+            result["note"] = calls[0].note
+        err = relative_error(calls[0]().float(), ref)
+        result["rel_err"] = err
+        if err < CHECK_TOL and result["rel_err_short"] < CHECK_TOL:
+            result["us"] = time_per_layer_us(calls)
+            result["pct_roofline"] = 100 * roofline_us / result["us"]
+        else:
+            result["error"] = (f"WRONG: relative error {err:.3g}, "
+                               f"{result['rel_err_short']:.3g} at context {short.shape.seq_len}")
+        del calls
+    except MethodUnavailable as exc:
+        result = {"skipped": str(exc)}
+    except Exception as exc:  # a baseline that cannot run this shape is reported, not fatal
+        result["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    return result
 
 
 def run_case(shape: Shape, methods: list[str], ceilings: dict) -> dict:
+    start = time.perf_counter()
     w = make_workload(shape)
-    ref = tree_attn_ref(*w.case(0).args())
+    ref = reference(w.case(0))
     short = make_workload(short_check_shape(shape), num_layers=1)
     row = {**case_row(shape, len(w.layers), ceilings), "methods": {}}
     for name in methods:
-        result = {}
-        try:
-            result["rel_err_short"] = check_method(name, short)
-            calls = METHODS[name](w)
-            if hasattr(calls[0], "note"):  # how a baseline had to be set up for this shape
-                result["note"] = calls[0].note
-            err = relative_error(calls[0]().float(), ref)
-            result["rel_err"] = err
-            if err < CHECK_TOL and result["rel_err_short"] < CHECK_TOL:
-                result["us"] = time_per_layer_us(calls)
-                result["pct_roofline"] = 100 * row["roofline_us"] / result["us"]
-            else:
-                result["error"] = (f"WRONG: relative error {err:.3g}, "
-                                   f"{result['rel_err_short']:.3g} at context {short.shape.seq_len}")
-            del calls
-        except Exception as exc:  # a baseline that cannot run this shape is reported, not fatal
-            result["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-        row["methods"][name] = result
+        row["methods"][name] = run_method(name, w, short, ref, row["roofline_us"])
         gc.collect()
         torch.cuda.empty_cache()
-    del w, short
+    del w, short, ref
     gc.collect()
     torch.cuda.empty_cache()
+    row["elapsed_s"] = time.perf_counter() - start  # for sizing full_run's parts
     return row
 
 
 def _failure(result: dict) -> str:
-    """What the table prints for a method without a time: a wrong output, or a failure."""
+    """What the table prints for a method without a time: skipped, wrong, or failed."""
+    if "skipped" in result:
+        return "skip"
     return "WRONG" if result.get("error", "").startswith("WRONG") else "fail"
 
 
 def format_table(rows: list[dict], methods: list[str]) -> str:
-    head = f"{'case':34} {'N':>3} {'roof us':>8} {'ours us':>8} {'%roof':>6}"
-    for m in methods[1:]:
-        head += f" {m + ' us':>11} {'x':>6}"
+    """One line per case: the roofline, the first method's µs and % of it, and each
+    other method's µs with its ratio to the first (>1: the first is faster). A method
+    skipped on every row gets no column, only its reason under the table."""
+    skipped = {m: res["skipped"] for r in rows for m, res in r["methods"].items()
+               if "skipped" in res}
+    shown = [m for m in methods[1:] if m not in skipped or any(
+        "skipped" not in r["methods"].get(m, {"skipped": ""}) for r in rows)]
+    head = f"{'case':40} {'N':>3} {'roof us':>8} {'ours us':>8} {'%roof':>6}"
+    for m in shown:
+        head += f" {m[:6] + ' us':>9} {'x':>5}"
     lines = [head, "-" * len(head)]
     for r in rows:
         ours = r["methods"].get(methods[0], {})
         ours_us = f"{ours['us']:>8.1f}" if "us" in ours else f"{_failure(ours):>8}"
-        line = (f"{r['label']:34} {r['num_layers']:>3} {r['roofline_us']:>8.1f} "
+        line = (f"{r['label']:40} {r['num_layers']:>3} {r['roofline_us']:>8.1f} "
                 f"{ours_us} {ours.get('pct_roofline', float('nan')):>6.1f}")
-        for m in methods[1:]:
+        for m in shown:
             res = r["methods"].get(m)
             if res is None:
-                line += f" {'-':>11} {'':>6}"
+                line += f" {'-':>9} {'':>5}"
             elif "us" in res:
                 ratio = res["us"] / ours["us"] if "us" in ours else float("nan")
-                line += f" {res['us']:>11.1f} {ratio:>6.1f}"
+                line += f" {res['us']:>9.1f} {ratio:>5.2f}"
             else:
-                line += f" {_failure(res):>11} {'':>6}"
+                line += f" {_failure(res):>9} {'':>5}"
         lines.append(line)
+    lines += [f"{m} skipped: {why}" for m, why in skipped.items()]
     return "\n".join(lines)
 
 
@@ -225,23 +236,6 @@ def plot(rows: list[dict], path: str, methods: list[str]) -> None:
     fig.savefig(path, dpi=110)
 
 
-def burst_ceilings() -> dict:
-    """The roofline's ceilings: copy and bf16 matmul rates of a short burst, before
-    the power cap lowers the clock (the higher rates: the stricter roofline)."""
-    return {"copy_bytes_per_s": copy_bandwidth_bytes_per_s(settle_s=0),
-            "matmul_flops_per_s": matmul_flops_per_s(settle_s=0)}
-
-
-def save_rows(path: str | None, meta: dict, rows: list[dict]) -> None:
-    """Writes the JSON results so far; called after every case, so that a run cut
-    short still leaves its results."""
-    if not path:
-        return
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
-
-
 def main(argv=None):
     args = parse_args(argv)
     methods = [m for m in args.methods.split(",") if m]
@@ -252,23 +246,18 @@ def main(argv=None):
     # The cases are timed sustained (bench/timing.py); the sustained ceilings
     # are recorded beside the burst ones the roofline takes.
     ceilings = burst_ceilings()
-    sustained = {"copy_bytes_per_s_sustained": copy_bandwidth_bytes_per_s(),
-                 "matmul_flops_per_s_sustained": matmul_flops_per_s()}
-    print(f"device {torch.cuda.get_device_name()}: copy {ceilings['copy_bytes_per_s'] / 1e12:.2f} "
-          f"TB/s, bf16 matmul {ceilings['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s (sustained: "
-          f"{sustained['copy_bytes_per_s_sustained'] / 1e12:.2f} TB/s, "
-          f"{sustained['matmul_flops_per_s_sustained'] / 1e12:.0f} TFLOP/s)", flush=True)
-    meta = {"command": " ".join(["python -m bench.bench_tree_attn"] + (argv or sys.argv[1:])),
-            "date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "python": platform.python_version(), **ceilings, **sustained}
+    sustained = sustained_ceilings()
+    print(describe_ceilings({**ceilings, **sustained}), flush=True)
+    meta = run_meta("bench.bench_tree_attn", argv if argv is not None else sys.argv[1:],
+                    **ceilings, **sustained)
     rows = []
     for shape in shapes_of(args):
         row = run_case(shape, methods_for(shape, args, methods), ceilings)
         rows.append(row)
-        brief = {m: (f"{r['us']:.1f}us" if "us" in r else r.get("error", "?"))
+        brief = {m: (f"{r['us']:.1f}us" if "us" in r else _failure(r))
                  for m, r in row["methods"].items()}
-        print(f"{shape.label():34} roof {row['roofline_us']:.1f}us {brief}", flush=True)
+        print(f"{shape.label():40} roof {row['roofline_us']:.1f}us {brief} "
+              f"({row['elapsed_s']:.1f} s)", flush=True)
         save_rows(args.out, meta, rows)
     table = format_table(rows, methods)
     if args.plot:

@@ -1,14 +1,16 @@
-"""The committed H200 table, reproduced: every part of the full run, in order.
+"""The committed H200 kernel table, reproduced: every part of the full run, in order.
 
     python -m bench.full_run              # all parts; JSON and PNG per part in bench_out/full_run/
     python -m bench.full_run --part 3     # one part (the lent H200 allows 10 minutes a call)
     python -m bench.full_run --list       # the parts and their exact commands
 
-Each part is one ``bench.bench_tree_attn`` (or ``bench.floor_probe``) command:
-together they time all 240 cases for verify_ops, and the baselines where the
-issue's targets need them (Triton at batch 1, 64k, every D and both layouts),
-within a device call each. ``bench/results/README.md`` names the part behind
-each committed file.
+Each part is one ``bench.bench_tree_attn`` (or ``bench.probes.floor_probe``)
+command: together they time all 250 cases of the table for verify_ops,
+FlashInfer and FA3 (where it was brought: bench/device/fa3_payload.sh), and the
+slower baselines where the targets need them (Triton and
+SDPA at batch 1, 64k, every D; at D8 elsewhere). A part should fit one device
+call: its cases' ``elapsed_s`` say how long each took, to re-cut the parts by.
+``bench/results/README.md`` names the part behind each committed file.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Part:
     name: str
-    module: str      # "bench_tree_attn" or "floor_probe"
+    module: str      # "bench_tree_attn" or "probes.floor_probe", under bench.
     args: tuple[str, ...]
 
     def argv(self, out_dir: str) -> list[str]:
@@ -32,25 +34,33 @@ class Part:
         return [*self.args, *out]
 
 
+BASELINES = "verify_ops,flashinfer,fa3,triton,sdpa"
+
 # Flex compiles once per case (tens of seconds), so it runs on a sample: every
-# head shape at D8 and D64, batch 1, 4k and 64k.
+# head shape at D8 and D64, batch 1, 4k and 64k, beside verify_ops alone.
 PARTS = (
-    Part("bs1-64k", "bench_tree_attn",
-         ("--batches", "1", "--contexts", "65536", "--methods", "verify_ops,triton,sdpa",
-          "--baseline-batches", "1", "--baseline-layouts", "fragmented,contiguous",
-          "--baseline-drafts", "8,16,32,64")),
     Part("bs1-4k16k", "bench_tree_attn",
-         ("--batches", "1", "--contexts", "4096,16384", "--methods", "verify_ops,triton,sdpa",
-          "--baseline-batches", "1", "--baseline-layouts", "fragmented",
-          "--baseline-drafts", "8,64")),
-    Part("bs8", "bench_tree_attn",
-         ("--batches", "8", "--methods", "verify_ops,triton,sdpa", "--baseline-batches", "8",
-          "--baseline-layouts", "fragmented", "--baseline-drafts", "8")),
+         ("--batches", "1", "--contexts", "4096,16384", "--methods", BASELINES,
+          "--baseline-batches", "1", "--baseline-drafts", "4,8,64")),
+    Part("bs1-64k", "bench_tree_attn",
+         ("--batches", "1", "--contexts", "65536", "--methods", BASELINES,
+          "--baseline-batches", "1", "--baseline-drafts", "4,8,16,32,64")),
+    Part("bs1-128k256k", "bench_tree_attn",
+         ("--batches", "1", "--contexts", "131072,262144",
+          "--methods", "verify_ops,flashinfer,fa3,triton", "--baseline-batches", "1",
+          "--baseline-drafts", "8", "--baseline-contexts", "131072,262144")),
+    Part("bs8-4k-64k", "bench_tree_attn",
+         ("--batches", "8", "--contexts", "4096,16384,65536", "--methods", BASELINES,
+          "--baseline-batches", "8", "--baseline-drafts", "8")),
+    Part("bs8-128k256k", "bench_tree_attn",
+         ("--batches", "8", "--contexts", "131072,262144",
+          "--methods", "verify_ops,flashinfer,fa3")),
     Part("flex", "bench_tree_attn",
          ("--batches", "1", "--contexts", "4096,65536", "--drafts", "8,64",
-          "--layouts", "fragmented", "--methods", "verify_ops,flex", "--baseline-batches", "1",
-          "--baseline-layouts", "fragmented", "--baseline-drafts", "8,64")),
-    Part("floor-bs1-4k", "floor_probe", ("--batches", "1", "--contexts", "4096")),
+          "--methods", "verify_ops,flex", "--every-case-methods", "verify_ops",
+          "--baseline-batches", "1", "--baseline-drafts", "8,64",
+          "--baseline-contexts", "4096,65536")),
+    Part("floor-bs1-4k", "probes.floor_probe", ("--batches", "1", "--contexts", "4096")),
 )
 
 
@@ -64,7 +74,7 @@ def run(part: Part, out_dir: str) -> None:
     if part.module == "bench_tree_attn":
         from . import bench_tree_attn as module
     else:
-        from . import floor_probe as module
+        from .probes import floor_probe as module
     module.main(part.argv(out_dir))
 
 

@@ -11,7 +11,7 @@ import torch
 # Under sustained load the H200's power cap lowers its SM clock within about
 # 50 ms: a tensor-core-heavy case ran at 1.68 GHz for its first replays, then
 # at 1.45-1.53, and an 8192^3 matmul went from 790 to 684 TFLOP/s
-# (bench/NOTES.md, "What picked the bimodal mode"). So a timing first runs its
+# (history/NOTES.md, "What picked the bimodal mode"). So a timing first runs its
 # load for SETTLE_S, and samples the sustained state a model's steady decoding
 # runs in, not whichever state the GPU happened to be in.
 SETTLE_S = 0.3
@@ -98,3 +98,27 @@ def matmul_flops_per_s(n: int = 8192, replays: int = 10, settle_s: float = SETTL
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     us = median_event_us(lambda: a @ b, replays, settle_s=settle_s)
     return 2 * n**3 / (us / 1e6)
+
+
+def burst_ceilings() -> dict:
+    """The roofline's ceilings: copy and bf16 matmul rates of a short burst, before
+    the power cap lowers the clock (the higher rates: the stricter roofline)."""
+    return {"copy_bytes_per_s": copy_bandwidth_bytes_per_s(settle_s=0),
+            "matmul_flops_per_s": matmul_flops_per_s(settle_s=0)}
+
+
+def sustained_ceilings() -> dict:
+    """The same two rates after SETTLE_S of load: the state the cases are timed in."""
+    return {"copy_bytes_per_s_sustained": copy_bandwidth_bytes_per_s(),
+            "matmul_flops_per_s_sustained": matmul_flops_per_s()}
+
+
+def describe_ceilings(ceilings: dict) -> str:
+    """One line of the device and its ceilings, burst (and sustained where measured)."""
+    line = (f"device {torch.cuda.get_device_name()}: copy "
+            f"{ceilings['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul "
+            f"{ceilings['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s")
+    if "copy_bytes_per_s_sustained" in ceilings:
+        line += (f" (sustained: {ceilings['copy_bytes_per_s_sustained'] / 1e12:.2f} TB/s, "
+                 f"{ceilings['matmul_flops_per_s_sustained'] / 1e12:.0f} TFLOP/s)")
+    return line

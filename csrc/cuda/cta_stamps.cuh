@@ -1,5 +1,5 @@
 // Per-CTA %globaltimer stamps of the attention grid, for timelines, in builds
-// with VERIFY_OPS_CTA_STAMPS=1 only (setup.py); bench/cta_stamps.py reads
+// with VERIFY_OPS_CTA_STAMPS=1 only (setup.py); bench/probes/cta_stamps.py reads
 // them. Elsewhere the macros compile to nothing. Every call overwrites the
 // rows of its CTAs, so after a graph replay they hold its last layer's.
 #pragma once

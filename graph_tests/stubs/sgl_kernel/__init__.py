@@ -1,7 +1,7 @@
 """Import-only stand-in for ``sgl_kernel`` (sglang-kernel, a 1.2 GB wheel).
 
 SGLang imports ``sgl_kernel`` at module level on CUDA, for ops the verify path
-never calls (activations, norms, sampling, quantization). ``bench/h200_run.sh``
+never calls (activations, norms, sampling, quantization). ``bench/device/env.sh``
 puts this folder on ``PYTHONPATH`` only where the real package is missing, so
 SGLang's modules import there. Every other name is a class that raises when
 called (attributes of it are such classes too), so a use of the real package

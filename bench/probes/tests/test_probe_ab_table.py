@@ -1,12 +1,10 @@
-"""The A/B table (bench/ab_table.py) and explicit benchmark cases (--cases)."""
+"""The A/B table of bench/probes/ab_run.sh (bench/probes/ab_table.py)."""
 
 import json
 
 import pytest
 
-from bench.ab_table import format_ab, times_by_build
-from bench.bench_tree_attn import parse_args, shapes_of
-from bench.workload import Shape
+from bench.probes.ab_table import format_ab, times_by_build
 
 
 def _write(path, times):
@@ -31,15 +29,3 @@ def test_speedup_is_base_median_over_candidate_median(tmp_path):
 def test_result_files_must_be_named_by_build_and_round(tmp_path):
     with pytest.raises(ValueError, match="ab-<build>-r<round>"):
         times_by_build([_write(tmp_path / "base.json", {"a": 1.0})])
-
-
-def test_cases_replace_the_product_of_the_lists():
-    args = parse_args(["--cases", "1/65536/16/64/8/128/fragmented,8/4096/8/32/8/128/contiguous"])
-    assert shapes_of(args) == [Shape(1, 65536, 16, 64, 8, 128, "fragmented"),
-                               Shape(8, 4096, 8, 32, 8, 128, "contiguous")]
-    assert len(shapes_of(parse_args(["--batches", "1", "--contexts", "4096"]))) == 4 * 5 * 2
-
-
-def test_a_malformed_case_names_the_expected_form():
-    with pytest.raises(ValueError, match="batch/context/drafts/Hq/Hkv/head_dim/layout"):
-        shapes_of(parse_args(["--cases", "1/4096/8"]))

@@ -1,10 +1,10 @@
-"""bench/cta_stamps.py: the summary of a layer's stamp rows, and its refusal
+"""bench/probes/cta_stamps.py: the summary of a layer's stamp rows, and its refusal
 without a probing build."""
 
 import pytest
 import torch
 
-from bench.cta_stamps import SLOTS, require_stamp_build, summarize
+from bench.probes.cta_stamps import SLOTS, require_stamp_build, summarize
 
 
 def row(waited, loop_end, end, sm, tiles):

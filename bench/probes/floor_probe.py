@@ -1,6 +1,6 @@
 """The least time per layer any one-kernel tree verify pays under the bench's timing protocol.
 
-    python -m bench.floor_probe            # every case of bench_tree_attn; JSON in bench_out/
+    python -m bench.probes.floor_probe     # every case of bench_tree_attn; JSON in bench_out/
 
 Each case is timed as bench_tree_attn times verify_ops (one CUDA graph calls
 every layer once, each layer with its own buffers; median µs per layer after
@@ -37,18 +37,17 @@ written by the kernel before it).
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
-import platform
 import sys
 from typing import Callable
 
 import torch
 
-from .bench_tree_attn import parse_args as bench_parse_args
-from .bench_tree_attn import burst_ceilings, case_row, save_rows, shapes_of
-from .timing import time_per_layer_us
-from .workload import Shape, Workload, make_workload
+from ..bench_tree_attn import parse_args as bench_parse_args
+from ..bench_tree_attn import case_row, shapes_of
+from ..report import run_meta, save_rows
+from ..timing import burst_ceilings, time_per_layer_us
+from ..workload import Shape, Workload, make_workload
 
 try:
     import triton
@@ -283,8 +282,8 @@ def parse_args(argv=None):
     """bench_tree_attn's case-selection flags with its defaults (every case), and --out."""
     defaults = bench_parse_args([])
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    for name in ("contexts", "batches", "drafts", "heads", "layouts", "cases"):
-        p.add_argument(f"--{name}", default=getattr(defaults, name),
+    for name in ("contexts", "batches", "drafts", "chain_drafts", "heads", "layouts", "cases"):
+        p.add_argument(f"--{name.replace('_', '-')}", default=getattr(defaults, name),
                        help="as in bench.bench_tree_attn")
     p.add_argument("--out", default="bench_out/floor_probe.json", help="JSON results path")
     return p.parse_args(argv)
@@ -293,7 +292,7 @@ def parse_args(argv=None):
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     if triton is None:
-        raise SystemExit("bench.floor_probe needs Triton")
+        raise SystemExit("bench.probes.floor_probe needs Triton")
     torch.manual_seed(0)
     ceilings = burst_ceilings()  # as bench_tree_attn's roofline takes them
     props = torch.cuda.get_device_properties()
@@ -302,12 +301,9 @@ def main(argv=None) -> list[dict]:
     print(f"device {torch.cuda.get_device_name()}: copy {ceilings['copy_bytes_per_s'] / 1e12:.2f} "
           f"TB/s, bf16 matmul {ceilings['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s, peak "
           f"{'unknown' if peak is None else f'{peak / 1e12:.0f} TFLOP/s'}", flush=True)
-    meta = {"command": " ".join(["python -m bench.floor_probe"] + (argv or sys.argv[1:])),
-            "date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "triton": triton.__version__, "python": platform.python_version(), **ceilings,
-            "sms": props.multi_processor_count, "max_sm_clock_hz": clock_hz,
-            "peak_flops_per_s": peak}
+    meta = run_meta("bench.probes.floor_probe", argv if argv is not None else sys.argv[1:],
+                    triton=triton.__version__, **ceilings, sms=props.multi_processor_count,
+                    max_sm_clock_hz=clock_hz, peak_flops_per_s=peak)
     rows = []
     for shape in shapes_of(args):
         row = run_case(shape, ceilings, peak)

@@ -2,7 +2,7 @@
 # One device call: an A/B of two builds of the kernels on the same cases. The
 # builds alternate within each round, so that drift of the machine (clock,
 # temperature) lands on both; a table of per-case times and ratios prints last.
-#   usage: AB_BASE=DIR [AB_ROUNDS=2] [AB_SMOKE=0] bash bench/ab_run.sh CASES
+#   usage: AB_BASE=DIR [AB_ROUNDS=2] [AB_SMOKE=0] bash bench/probes/ab_run.sh CASES
 #   DIR: a copy of the baseline's tree (`git archive <commit>`, carried along);
 #   the candidate is this tree. CASES: a `--cases` list of bench_tree_attn.
 #   Both builds run this tree's bench/, so only the kernels differ. Each build
@@ -13,6 +13,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/verify_ops_out}
 mkdir -p "$OUT"
 base=$(realpath "${AB_BASE:?AB_BASE names the baseline tree}")
+cd "$(dirname "$0")/../.."  # the candidate's root, wherever this is called from
 cand=$PWD
 cases=${1:?a --cases list}
 mkdir -p "$base/bench" && cp -r bench/. "$base/bench/"
@@ -34,9 +35,9 @@ for round in $(seq 1 "${AB_ROUNDS:-2}"); do
   for name in base cand; do
     dir=$base; [ "$name" = cand ] && dir=$cand
     (cd "$dir" && python3 -m bench.bench_tree_attn --methods verify_ops --cases "$cases" \
-      --out "$OUT/ab-$name-r$round.json") > "$OUT/ab-$name-r$round.log" 2>&1 ||
+      --out "$OUT/ab-$name-r$round.json" --plot '') > "$OUT/ab-$name-r$round.log" 2>&1 ||
       { echo "$name round $round failed"; tail -20 "$OUT/ab-$name-r$round.log"; }
   done
 done
 echo "a/b: $((SECONDS - t0)) s"
-python3 -m bench.ab_table "$OUT"/ab-*.json | tee "$OUT/ab-table.txt"
+python3 -m bench.probes.ab_table "$OUT"/ab-*.json | tee "$OUT/ab-table.txt"

@@ -1,7 +1,7 @@
-"""The table of an A/B (bench/ab_run.sh): per case, each build's times over
+"""The table of an A/B (bench/probes/ab_run.sh): per case, each build's times over
 the rounds, and the speedup of the candidate (base median / candidate median).
 
-    python -m bench.ab_table OUT/ab-base-r1.json OUT/ab-cand-r1.json ...
+    python -m bench.probes.ab_table OUT/ab-base-r1.json OUT/ab-cand-r1.json ...
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """Runs one bench shape a few times, for Nsight Compute:
 
     ncu --clock-control none -k regex:"tree_attn|merge" --launch-skip 2 --launch-count 2 \\
-        python -m bench.profile_case --batch 1 --seq-len 4096 --drafts 8 --heads 32/8/128
+        python -m bench.probes.profile_case --batch 1 --seq-len 4096 --drafts 8 --heads 32/8/128
 """
 
 import argparse
 
 import torch
 
-from .methods import prepare_verify_ops
-from .workload import Shape, make_workload
+from ..methods import prepare_verify_ops
+from ..workload import Shape, make_workload
 
 
 def main():

@@ -1,12 +1,12 @@
 // How fast one SM can gather a KV tile of scattered pool slots into wgmma's
 // 128-byte-swizzled shared-memory layout, by copy instruction, with no math.
 // It asks whether the head_dim-128 producer kernel is held by the issue and
-// drain of its 16-byte cp.async copies (NOTES, the probes after v29), and
+// drain of its 16-byte cp.async copies (history/NOTES.md, the probes after v29), and
 // whether the bulk tensor copy engine (TMA) moves the same bytes faster.
 //
 // Build and run (sm_90a; the tensor map comes from the driver at run time):
-//   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 \
-//        bench/slab_copy_probe.cu -o slab_copy_probe && ./slab_copy_probe
+//   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -Icsrc \
+//        bench/probes/slab_copy_probe.cu -o slab_copy_probe && ./slab_copy_probe
 //
 // Each CTA (384 threads: two consumer warpgroups and a producer warpgroup,
 // as in the kernel) streams kTokensPerCta tokens of one KV head, K and V,
@@ -42,7 +42,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../csrc/mbarrier.cuh"  // the kernel's mbarriers and its swizzled_slabs layout
+#include "cuda/ptx/mbarrier.cuh"  // the kernel's mbarriers and its swizzled_slabs layout
 
 #define CHECK_CUDA(x)                                                              \
   do {                                                                             \

@@ -1,4 +1,4 @@
-"""bench/floor_probe.py: issue 4's target times, the reachability verdict, the chain
+"""bench/probes/floor_probe.py: issue 4's target times, the reachability verdict, the chain
 kernel's output check, and the probe end to end on a GPU."""
 
 import importlib.util
@@ -11,12 +11,13 @@ import textwrap
 import pytest
 import torch
 
-from bench.floor_probe import (PEAK_FLOP_PER_SM_CLOCK, check_chain, expected_chain, floor_us,
-                               format_table, least_us, math_at_peak_us, peak_flops_per_s,
-                               reachable, targets_us)
+from bench.probes.floor_probe import (PEAK_FLOP_PER_SM_CLOCK, check_chain, expected_chain,
+                                      floor_us, format_table, least_us, math_at_peak_us,
+                                      peak_flops_per_s, reachable, targets_us)
 from bench.workload import Shape, make_workload
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="needs Triton")
 
@@ -86,17 +87,18 @@ def test_the_least_time_is_the_floor_plus_the_math_at_the_peak_rate():
     assert least_us({"floor_us": 1.3, "math_at_peak_us": None}) == 1.3  # peak unknown
 
 
-def test_8_1_128_d32_at_4k_is_out_of_reach_by_the_chain_measured_on_the_h200():
-    # floor-h200-pdl-2026-12-03.json: chain with PDL 1.30 us (contiguous), burst
-    # matmul 759.9 TFLOP/s; the H200's max SM clock 1980 MHz
-    # (h200-nvidia-smi-power-2026-12-03.txt).
+def test_a_target_between_the_floor_and_the_least_time_is_out_of_reach():
+    # Arithmetic only (a made-up floor and matmul rate): a math-bound case whose
+    # 50 % target passes the floor alone but not the floor plus its math at peak.
     s = Shape(1, 4096, 32, 8, 1, 128, "contiguous")
-    target = targets_us(s.kv_bytes, s.flops / 759.9e12 * 1e6, "math", s.batch, s.seq_len,
+    floor, matmul_rate, peak = 1.3, 760e12, peak_flops_per_s(9, 132, 1.98e9)
+    target = targets_us(s.kv_bytes, s.flops / matmul_rate * 1e6, "math", s.batch, s.seq_len,
                         s.num_drafts)["target_pct_us"]
-    row = {"floor_us": 1.30, "math_at_peak_us": math_at_peak_us(
-        s.flops, peak_flops_per_s(9, 132, 1.98e9))}
-    assert 1.30 < target < least_us(row)
-    assert reachable(1.30, target, None) and not reachable(least_us(row), target, None)
+    assert target == pytest.approx(2 * s.flops / matmul_rate * 1e6)
+    row = {"floor_us": floor, "math_at_peak_us": math_at_peak_us(s.flops, peak)}
+    assert least_us(row) == pytest.approx(floor + s.flops / peak * 1e6)
+    assert floor < target < least_us(row)
+    assert reachable(floor, target, None) and not reachable(least_us(row), target, None)
 
 
 def test_the_table_marks_missing_targets_and_unreachable_cases():
@@ -150,8 +152,8 @@ def test_check_chain_raises_on_one_wrong_element_and_on_unwritten_rows():
 # differently from the GPU, so this runs them on float32 copies of the caches.
 INTERPRETED = textwrap.dedent("""
     import dataclasses, torch
-    from bench import floor_probe as fp
-    from bench.bench_tree_attn import parse_case
+    from bench.probes import floor_probe as fp
+    from bench.workload import parse_case
     from bench.workload import Layer, make_workload
     for case in {cases!r}:
         w = make_workload(parse_case(case), num_layers=2, device="cpu")
@@ -181,7 +183,7 @@ def test_the_kernels_write_what_the_check_expects_under_tritons_interpreter():
 @needs_triton
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_the_probe_times_two_tiny_cases_and_writes_their_rows(tmp_path):
-    from bench import floor_probe
+    from bench.probes import floor_probe
 
     out = tmp_path / "floor.json"
     cases = "1/64/8/8/1/128/fragmented,1/64/4/32/8/128/contiguous"

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Fetches into .whl/ the wheels that the lent H200 (Python 3.12, no network)
-# lacks for SGLang's Triton baseline and the SGLang tests; bench/h200_run.sh
+# lacks for SGLang's Triton baseline and the SGLang tests; bench/device/env.sh
 # installs whatever .whl/ holds. Run on a machine with PyPI access; carry .whl
-# with the device call.
-#   usage: bash bench/device_wheels.sh
+# with one device call (FlashInfer's payload, bench/device/flashinfer_wheels.sh,
+# travels in another: the two pass 64 MiB together).
+#   usage: bash bench/device/device_wheels.sh
 # The set was found by importing, on that machine, what the tests and the
 # benchmark import (2026-11-30). SGLang's Rust server extensions and its
 # multimodal test data are left out of its wheel (nothing here imports them),
 # which keeps the set near 48 MB, under the device call's 64 MiB.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 WHEELS=(
   sglang==0.5.23 annotated_types==0.8.0 apache_tvm_ffi==0.1.11 compressed_tensors==0.18.0
   dill==0.4.1 distro==1.9.0 expecttest==0.3.0 fastapi==0.165.0 gguf==0.19.0 ipython==9.18.1

@@ -1,7 +1,7 @@
 """Per-CTA timestamps of the attention kernel, for timelines (probing builds only).
 
     VERIFY_OPS_CTA_STAMPS=1 TORCH_CUDA_ARCH_LIST=9.0a pip install --no-build-isolation -e .
-    python -m bench.cta_stamps --cases 8/65536/16/64/8/128/fragmented --out stamps.json
+    python -m bench.probes.cta_stamps --cases 8/65536/16/64/8/128/fragmented --out stamps.json
 
 Each case is built and captured as ``bench_tree_attn`` times it (N layers,
 each with its own KV). Once the graph is timed (and so warm), the stamps are
@@ -22,10 +22,9 @@ from typing import Sequence
 
 import torch
 
-from .bench_tree_attn import parse_case
-from .methods import prepare_verify_ops
-from .timing import capture_graph, median_replay_us_per_layer
-from .workload import Shape, make_workload
+from ..methods import prepare_verify_ops
+from ..timing import capture_graph, median_replay_us_per_layer
+from ..workload import Shape, make_workload, parse_case
 
 # The slots of a CTA's row, as csrc/cta_stamps.cuh defines them.
 ENTRY, WAITED, LOOP_END, END, SM_AND_TILES = range(5)
@@ -65,7 +64,7 @@ def require_stamp_build() -> None:
     try:
         torch.ops.verify_stamps.read
     except (AttributeError, RuntimeError):
-        raise SystemExit("bench.cta_stamps needs verify_ops built with VERIFY_OPS_CTA_STAMPS=1 "
+        raise SystemExit("bench.probes.cta_stamps needs verify_ops built with VERIFY_OPS_CTA_STAMPS=1 "
                          "(see setup.py) and a GPU") from None
 
 

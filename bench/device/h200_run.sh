@@ -2,8 +2,9 @@
 # One device call: build for sm_90a, run the test suites, the sanitizers, the
 # SASS hazard scan and the benchmark; full logs go to $OUT, a short summary
 # prints last.
-#   usage: bash bench/h200_run.sh [bench args...]
-#   (needs $OUT; for SGLang, .whl/ from bench/device_wheels.sh carried along)
+#   usage: bash bench/device/h200_run.sh [bench args...]
+#   (needs $OUT; installs what bench/device/env.sh finds carried: SGLang's
+#   wheels in .whl/, FlashInfer in .devdeps/payload/)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/verify_ops_out}
@@ -18,20 +19,14 @@ step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember the ex
   return $rc
 }
 
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-fi
-# SGLang imports sgl_kernel on CUDA; where that 1.2 GB wheel is absent, an
-# import-only stand-in (graph_tests/stubs) lets its modules import.
-python3 -c "import sgl_kernel" 2>/dev/null ||
-  export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD/graph_tests/stubs"
+cd "$(dirname "$0")/../.."
+source bench/device/env.sh
 step build 400 env TORCH_CUDA_ARCH_LIST=9.0a VERIFY_OPS_PTXAS_VERBOSE=1 \
   python3 -m pip install --no-build-isolation --no-deps -v -e . || { printf '%s\n' "${summary[@]}"; tail -40 "$OUT/build.log"; exit 1; }
 # A kernel that hangs costs a minute here, not the rest of the device call.
 step smoke 90 python3 graph_tests/sanitize_case.py || { printf '%s\n' "${summary[@]}"; tail -20 "$OUT/smoke.log"; exit 1; }
 # PYTEST_PATHS narrows the suites when the device call's time is short.
-step pytest "${PYTEST_TIMEOUT:-420}" python3 -m pytest ${PYTEST_PATHS:-tests compile_tests graph_tests} \
+step pytest "${PYTEST_TIMEOUT:-420}" python3 -m pytest ${PYTEST_PATHS:-tests compile_tests graph_tests bench/probes/tests} \
   -q -rs -p no:cacheprovider --continue-on-collection-errors
 step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
 # Barriers and warpgroup instructions reached by only some of their threads.
