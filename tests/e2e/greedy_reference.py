@@ -21,12 +21,17 @@ Drafter = Callable[[list[int], int], list[int]]
 
 
 class GreedyModel:
-    """The target's next greedy token after any context (memoized)."""
+    """The target's next greedy token after any context (memoized).
 
-    def __init__(self, path: Path):
-        from transformers import LlamaForCausalLM
+    ``config_overrides`` change the checkpoint's config on loading, e.g. to
+    take a model's sliding window off. Eager attention: the implementation that
+    applies Gemma-2's soft-cap and window exactly."""
 
-        self.model = LlamaForCausalLM.from_pretrained(path).float().eval()
+    def __init__(self, path: Path, **config_overrides):
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(
+            path, attn_implementation="eager", **config_overrides).float().eval()
         self.next_token = lru_cache(maxsize=None)(self._next_token)
 
     def _next_token(self, context: tuple[int, ...]) -> int:
