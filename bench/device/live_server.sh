@@ -34,7 +34,16 @@ case $? in
   *) exit 1 ;;
 esac
 
-# 2. Entry points: SGLang loads its plugins by entry point, so the verify_ops
+# 2. verify_ops, built in place for sm_90a (incremental: a warm machine rebuilds
+#    only what changed), before the parcels' packages go on the path.
+t1=$SECONDS
+TORCH_CUDA_ARCH_LIST=9.0a python3 setup.py build_ext --inplace > "$LIVE/logs/build.log" 2>&1 ||
+  { note "build failed"; tail -30 "$LIVE/logs/build.log"; exit 1; }
+python3 -c "import verify_ops; assert verify_ops.has_cuda_kernel(), 'no CUDA kernel in the build'" ||
+  exit 1
+note "verify_ops built in $((SECONDS - t1)) s"
+
+# 3. Entry points: SGLang loads its plugins by entry point, so the verify_ops
 #    plugin (an in-place build has no dist-info) and the live weights fill
 #    (bench/device/live_dummy_init.py) get one here.
 ep=$LIVE/site/verify_ops_live-0.dist-info
@@ -43,7 +52,7 @@ printf 'Metadata-Version: 2.1\nName: verify-ops-live\nVersion: 0\n' > "$ep/METAD
 printf '[sglang.srt.plugins]\nverify_ops = verify_ops.sglang.plugin:register\nlive_dummy_init = bench.device.live_dummy_init:register\n' > "$ep/entry_points.txt"
 export PYTHONPATH="$PWD:$LIVE/site${PYTHONPATH:+:$PYTHONPATH}"
 
-# 3. sgl_kernel's sm90 library links CUDA 13's cuBLAS and NVRTC by soname; where
+# 4. sgl_kernel's sm90 library links CUDA 13's cuBLAS and NVRTC by soname; where
 #    torch has not loaded them globally, the pip packages' folders are searched.
 if ! python3 -c "import torch, sgl_kernel" > "$LIVE/logs/sgl_kernel.log" 2>&1; then
   nv=$(python3 -c "import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))" 2>/dev/null)
@@ -54,15 +63,6 @@ if ! python3 -c "import torch, sgl_kernel" > "$LIVE/logs/sgl_kernel.log" 2>&1; t
   python3 -c "import torch, sgl_kernel" > "$LIVE/logs/sgl_kernel.log" 2>&1 ||
     { note "import sgl_kernel failed:"; tail -15 "$LIVE/logs/sgl_kernel.log"; exit 1; }
 fi
-
-# 4. verify_ops, built in place for sm_90a (incremental: a warm machine rebuilds
-#    only what changed).
-t1=$SECONDS
-TORCH_CUDA_ARCH_LIST=9.0a python3 setup.py build_ext --inplace > "$LIVE/logs/build.log" 2>&1 ||
-  { note "build failed"; tail -30 "$LIVE/logs/build.log"; exit 1; }
-python3 -c "import verify_ops; assert verify_ops.has_cuda_kernel(), 'no CUDA kernel in the build'" ||
-  exit 1
-note "verify_ops built in $((SECONDS - t1)) s"
 
 # 5. Every module the server imports, in one pass (once per unpacked site). A
 #    failure is shown but does not stop the call: the servers' own logs then say
