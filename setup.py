@@ -10,6 +10,7 @@ VERIFY_OPS_CTA_STAMPS=1 builds the kernels with per-CTA timestamps
 
 import glob
 import os
+import sys
 
 import torch
 from setuptools import setup
@@ -40,7 +41,10 @@ def extension():
     # Shared and CPU sources; each backend's folder holds its own kernels.
     cpu_sources = sources("csrc/*.cpp", "csrc/common/**/*.cpp", "csrc/cpu/**/*.cpp")
     include_dirs = [os.path.abspath("csrc")]
-    cxx_flags = ["-O3"]
+    # at::parallel_for is an OpenMP pragma compiled into the caller: without
+    # -fopenmp it runs on one thread. The runtime is the libgomp torch loads.
+    openmp = [] if sys.platform == "darwin" else ["-fopenmp"]
+    cxx_flags = ["-O3"] + openmp
     if not want_cuda():
         print("verify_ops: building the CPU op only")
         return cpp_extension.CppExtension(
@@ -48,6 +52,7 @@ def extension():
             cpu_sources + ["csrc/cuda_unavailable/register.cpp"],
             include_dirs=include_dirs,
             extra_compile_args={"cxx": cxx_flags},
+            extra_link_args=openmp,
         )
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCHS)
     print(f"verify_ops: building CPU and CUDA ops for {os.environ['TORCH_CUDA_ARCH_LIST']}")
@@ -68,6 +73,7 @@ def extension():
         cpu_sources + sources("csrc/cuda/**/*.cu"),
         include_dirs=include_dirs,
         extra_compile_args={"cxx": cxx_flags + ["-DVERIFY_OPS_WITH_CUDA"], "nvcc": nvcc_flags},
+        extra_link_args=openmp,
     )
 
 
