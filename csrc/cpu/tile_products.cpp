@@ -18,12 +18,23 @@ VERIFY_OPS_VECTOR_CLONES void round_to_bf16(const float* in, int64_t rows, int64
     for (int64_t t = 0; t < width; ++t) out[r * stride + t] = c10::BFloat16(in[r * stride + t]);
 }
 
+template <typename T>
+void grow(std::vector<T>& buffer, int64_t size) {
+  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
+}
+
 }  // namespace
 
-Fp32TileProducts::Fp32TileProducts(int64_t rows, int64_t head_dim, int64_t max_width)
-    : rows_(rows), head_dim_(head_dim), max_width_(max_width),
-      kt_stride_(max_width + kKtPadding), q_(rows * head_dim), kt_(head_dim * kt_stride_),
-      v_(max_width * head_dim), stage_(kGatherTokens * head_dim) {}
+void Fp32TileProducts::reset(int64_t rows, int64_t head_dim, int64_t max_width) {
+  rows_ = rows;
+  head_dim_ = head_dim;
+  max_width_ = max_width;
+  kt_stride_ = max_width + kKtPadding;
+  grow(q_, rows * head_dim);
+  grow(kt_, head_dim * kt_stride_);
+  grow(v_, max_width * head_dim);
+  grow(stage_, kGatherTokens * head_dim);
+}
 
 void Fp32TileProducts::scores(float* scores) const {
   at::native::cpublas::brgemm(rows_, width_, head_dim_, head_dim_, kt_stride_, max_width_,
@@ -39,12 +50,18 @@ bool Bf16TileProducts::available(int64_t head_dim) {
   return head_dim % 2 == 0 && at::native::cpublas::could_pack(at::kBFloat16);
 }
 
-Bf16TileProducts::Bf16TileProducts(int64_t rows, int64_t head_dim, int64_t max_width)
-    : rows_(rows), head_dim_(head_dim), max_width_(max_width), q_(rows * head_dim),
-      kt_(head_dim * max_width), v_(max_width * head_dim), probs_(rows * max_width),
-      zeros_(head_dim) {}
+void Bf16TileProducts::reset(int64_t rows, int64_t head_dim, int64_t max_width) {
+  rows_ = rows;
+  head_dim_ = head_dim;
+  max_width_ = max_width;
+  grow(q_, rows * head_dim);
+  grow(kt_, head_dim * max_width);
+  grow(v_, max_width * head_dim);
+  grow(probs_, rows * max_width);
+  grow(zeros_, head_dim);  // only ever read
+}
 
-Bf16TileProducts::~Bf16TileProducts() { at::native::cpublas::brgemm_release(/*is_vnni=*/true); }
+void Bf16TileProducts::release() { at::native::cpublas::brgemm_release(/*is_vnni=*/true); }
 
 void Bf16TileProducts::scores(float* scores) const {
   at::native::cpublas::brgemm(rows_, width_, head_dim_, head_dim_, max_width_, max_width_,

@@ -12,7 +12,9 @@
 // Both take [rows, head_dim] queries and tiles of up to `max_width` keys
 // (`width` a multiple of kGatherTokens per tile), produce fp32 scores
 // [rows, width] with row stride max_width, and accumulate into fp32 acc
-// [rows, head_dim].
+// [rows, head_dim]. One object per thread serves call after call: reset()
+// sizes it, growing its buffers and never shrinking them, so a call neither
+// allocates nor faults in fresh pages; release() ends a thread's use.
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -28,7 +30,8 @@ class Fp32TileProducts {
  public:
   static constexpr bool kScaledQueries = true;
 
-  Fp32TileProducts(int64_t rows, int64_t head_dim, int64_t max_width);
+  void reset(int64_t rows, int64_t head_dim, int64_t max_width);
+  void release() {}
 
   float* queries() { return q_.data(); }
 
@@ -45,7 +48,7 @@ class Fp32TileProducts {
   void accumulate(const float* probs, float* acc) const;
 
  private:
-  int64_t rows_, head_dim_, max_width_, kt_stride_, width_ = 0;
+  int64_t rows_ = 0, head_dim_ = 0, max_width_ = 0, kt_stride_ = 0, width_ = 0;
   std::vector<float> q_, kt_, v_, stage_;
 };
 
@@ -56,10 +59,8 @@ class Bf16TileProducts {
   // True where brgemm has its bf16 kernel (AMX) and head_dim is even.
   static bool available(int64_t head_dim);
 
-  Bf16TileProducts(int64_t rows, int64_t head_dim, int64_t max_width);
-  ~Bf16TileProducts();  // hands back the thread's AMX state
-  Bf16TileProducts(const Bf16TileProducts&) = delete;
-  Bf16TileProducts& operator=(const Bf16TileProducts&) = delete;
+  void reset(int64_t rows, int64_t head_dim, int64_t max_width);
+  void release();  // hands back the thread's AMX state
 
   c10::BFloat16* queries() { return q_.data(); }
 
@@ -75,7 +76,7 @@ class Bf16TileProducts {
   void accumulate(const float* probs, float* acc);
 
  private:
-  int64_t rows_, head_dim_, max_width_, width_ = 0;
+  int64_t rows_ = 0, head_dim_ = 0, max_width_ = 0, width_ = 0;
   std::vector<c10::BFloat16> q_, kt_, v_, probs_, zeros_;
 };
 

@@ -82,12 +82,14 @@ struct CpuOptions {
   int64_t lse_stride_token, lse_stride_head;
 };
 
-// One request's KV range: positions [first, total).
+// One request's KV range: positions [first, total), and its tree.
 struct RequestRange {
   int64_t req_row;  // row of req_to_token
   int64_t prefix;   // L = seq_lens[b]
   int64_t first;    // max(0, L - W) with a window, else 0: nothing before is visible
   int64_t total;    // L + D
+  const int64_t* depth;          // [D]: draft j's ancestors; it sits at position L + depth[j]
+  const uint8_t* draft_visible;  // [D, D]: draft i sees draft j (tree mask and window)
 };
 
 // Softmax state of one item's query rows: acc [rows, d] not yet divided by
@@ -98,17 +100,50 @@ struct RowState {
   float* sum;
 };
 
+template <typename T>
+void grow(std::vector<T>& buffer, int64_t size) {
+  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
+}
+
 // Per-thread buffers for one (request, KV head) at a time, beside the tile
-// products' own.
+// products' own; kept across calls like them (see tile_products.h).
 struct Scratch {
   std::vector<float> scores, acc, max, sum;
-  std::vector<int64_t> slots, depth, window_lo;
+  std::vector<int64_t> slots, window_lo;
 
-  Scratch(int64_t rows, int64_t d, int64_t drafts)
-      : scores(rows * kTileTokens), acc(rows * d), max(rows), sum(rows),
-        slots(kTileTokens + cpu::kGatherTokens), depth(drafts), window_lo(drafts) {}
+  void reset(int64_t rows, int64_t d, int64_t drafts) {
+    grow(scores, rows * kTileTokens);
+    grow(acc, rows * d);
+    grow(max, rows);
+    grow(sum, rows);
+    grow(slots, kTileTokens + cpu::kGatherTokens);
+    grow(window_lo, drafts);
+  }
 
   RowState state() { return {acc.data(), max.data(), sum.data()}; }
+};
+
+template <typename T>
+T& thread_instance() {
+  thread_local T object;
+  return object;
+}
+
+// The calling thread's tile products and scratch, sized for this call; the
+// tile products are released when it goes out of scope.
+template <typename Tiles>
+struct ThreadBuffers {
+  Tiles& tiles;
+  Scratch& sc;
+
+  ThreadBuffers(int64_t rows, int64_t d, int64_t drafts)
+      : tiles(thread_instance<Tiles>()), sc(thread_instance<Scratch>()) {
+    tiles.reset(rows, d, kTileTokens);
+    sc.reset(rows, d, drafts);
+  }
+  ~ThreadBuffers() { tiles.release(); }
+  ThreadBuffers(const ThreadBuffers&) = delete;
+  ThreadBuffers& operator=(const ThreadBuffers&) = delete;
 };
 
 template <typename q_t, typename kv_t>
@@ -118,19 +153,33 @@ struct TreeAttnCpu {
   const at::Tensor& q;
   const at::Tensor& k_cache;
   const at::Tensor& v_cache;
-  const at::Tensor& tree_mask;
   const at::Tensor& out;
   IndexReader r2t;
   int64_t group, rows;
 
-  bool mask_at(int64_t b, int64_t i, int64_t j) const {
-    return tree_mask.data_ptr<bool>()[b * tree_mask.stride(0) + i * tree_mask.stride(1) +
-                                      j * tree_mask.stride(2)];
-  }
-
   // Query row r of KV head kvh is draft r / group of q head kvh * group + r % group.
   int64_t token_of(int64_t b, int64_t r) const { return b * s.num_drafts + r / group; }
   int64_t head_of(int64_t kvh, int64_t r) const { return kvh * group + r % group; }
+
+  // Sets the scores of keys a row must not see to -inf, in the tile of
+  // `width` keys from position `start` of a range that ends at `end`: prefix
+  // keys before the row's window, drafts it does not see, padding.
+  void mask_tile(const RequestRange& req, const int64_t* window_lo, int64_t start,
+                 int64_t width, int64_t end, float* scores) const {
+    const int64_t D = s.num_drafts, L = req.prefix, stop = start + width;
+    const int64_t drafts_from = std::max(start, L), drafts_to = std::min(end, stop);
+    const int64_t padding_from = std::max(start, std::min(end, stop));
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = r / group;
+      float* row = scores + r * kTileTokens;  // key t at position start + t
+      const int64_t hidden_to = std::clamp(std::min(window_lo[i], L), start, stop);
+      std::fill(row, row + (hidden_to - start), kNegInf);
+      const uint8_t* visible = req.draft_visible + i * D;  // draft j at position L + j
+      for (int64_t pos = drafts_from; pos < drafts_to; ++pos)
+        if (!visible[pos - L]) row[pos - start] = kNegInf;
+      std::fill(row + (padding_from - start), row + width, kNegInf);
+    }
+  }
 
   // Attends the rows of (request b, KV head kvh) to positions [begin, end)
   // of its range, from a zero state into `state`.
@@ -138,13 +187,10 @@ struct TreeAttnCpu {
   void attend(int64_t b, int64_t kvh, const RequestRange& req, int64_t begin, int64_t end,
               Tiles& tiles, Scratch& sc, RowState state) const {
     const int64_t D = s.num_drafts, d = s.head_dim, L = req.prefix;
-    // Draft j sits at position L + depth(j): depth counts its ancestors. A
-    // draft at P sees positions >= P - W.
+    // A draft at position P sees positions >= P - W.
     int64_t highest_lo = std::numeric_limits<int64_t>::min();
     for (int64_t j = 0; j < D; ++j) {
-      sc.depth[j] = 0;
-      for (int64_t k = 0; k < D; ++k) sc.depth[j] += k != j && mask_at(b, j, k);
-      sc.window_lo[j] = opt.window >= 0 ? L + sc.depth[j] - opt.window
+      sc.window_lo[j] = opt.window >= 0 ? L + req.depth[j] - opt.window
                                         : std::numeric_limits<int64_t>::min();
       highest_lo = std::max(highest_lo, sc.window_lo[j]);
     }
@@ -183,23 +229,8 @@ struct TreeAttnCpu {
         for (int64_t r = 0; r < rows; ++r)
           cpu::scale_and_cap(scores + r * kTileTokens, width, post_scale, opt.logit_cap);
       // Only tiles with drafts, padding or a window edge need a per-key mask.
-      if (start + width > std::min(L, end) || start < highest_lo) {
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t i = r / group, lo = sc.window_lo[i];
-          float* row = scores + r * kTileTokens;
-          for (int64_t t = 0; t < width; ++t) {
-            const int64_t pos = start + t, j = pos - L;
-            bool visible;
-            if (pos >= end)
-              visible = false;  // padding
-            else if (pos < L)
-              visible = pos >= lo;
-            else
-              visible = mask_at(b, i, j) && L + sc.depth[j] >= lo;
-            if (!visible) row[t] = kNegInf;
-          }
-        }
-      }
+      if (start + width > std::min(L, end) || start < highest_lo)
+        mask_tile(req, sc.window_lo.data(), start, width, end, scores);
       cpu::online_softmax_tile(scores, rows, width, kTileTokens, state.max, state.sum, state.acc,
                                d);
       tiles.accumulate(scores, state.acc);
@@ -256,17 +287,35 @@ void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor
                    const at::Tensor& tree_mask, const CpuOptions& opt, const at::Tensor& out) {
   const int64_t group = s.num_q_heads / s.num_kv_heads;
   const int64_t rows = s.num_drafts * group, d = s.head_dim;
-  const TreeAttnCpu<q_t, kv_t> kernel{s, opt, q, k_cache, v_cache, tree_mask, out,
+  const int64_t D = s.num_drafts;
+  const TreeAttnCpu<q_t, kv_t> kernel{s, opt, q, k_cache, v_cache, out,
                                       IndexReader(req_to_token), group, rows};
   const IndexReader rpi(req_pool_indices), lens(seq_lens);
 
+  // Each request's range and tree, once for all its KV heads and parts.
   std::vector<RequestRange> requests(s.batch);
+  std::vector<int64_t> depth(s.batch * D);
+  std::vector<uint8_t> draft_visible(s.batch * D * D);
+  const bool* mask = tree_mask.data_ptr<bool>();
   for (int64_t b = 0; b < s.batch; ++b) {
     RequestRange& req = requests[b];
     req.req_row = rpi(b);
     req.prefix = lens(b);
     req.first = opt.window >= 0 ? std::max<int64_t>(0, req.prefix - opt.window) : 0;
-    req.total = req.prefix + s.num_drafts;
+    req.total = req.prefix + D;
+    req.depth = depth.data() + b * D;
+    req.draft_visible = draft_visible.data() + b * D * D;
+    auto mask_at = [&](int64_t i, int64_t j) {
+      return mask[b * tree_mask.stride(0) + i * tree_mask.stride(1) + j * tree_mask.stride(2)];
+    };
+    for (int64_t j = 0; j < D; ++j)
+      for (int64_t k = 0; k < D; ++k) depth[b * D + j] += k != j && mask_at(j, k);
+    // Draft i at L + depth[i] sees draft j at L + depth[j] inside its window
+    // when depth[j] >= depth[i] - W.
+    for (int64_t i = 0; i < D; ++i)
+      for (int64_t j = 0; j < D; ++j)
+        draft_visible[(b * D + i) * D + j] =
+            mask_at(i, j) && (opt.window < 0 || req.depth[j] >= req.depth[i] - opt.window);
   }
   const int64_t pairs = s.batch * s.num_kv_heads;
   const int64_t threads = at::get_num_threads();
@@ -279,12 +328,12 @@ void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor
 
   if (splits == 1) {
     at::parallel_for(0, pairs, 1, [&](int64_t lo, int64_t hi) {
-      Tiles tiles(rows, d, kTileTokens);
-      Scratch sc(rows, d, s.num_drafts);
+      ThreadBuffers<Tiles> buffers(rows, d, D);
+      Scratch& sc = buffers.sc;
       for (int64_t pair = lo; pair < hi; ++pair) {
         const int64_t b = pair / s.num_kv_heads, kvh = pair % s.num_kv_heads;
-        kernel.attend(b, kvh, requests[b], requests[b].first, requests[b].total, tiles, sc,
-                      sc.state());
+        kernel.attend(b, kvh, requests[b], requests[b].first, requests[b].total, buffers.tiles,
+                      sc, sc.state());
         kernel.finish(b, kvh, sc.state());
       }
     });
@@ -305,18 +354,18 @@ void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor
     return RowState{base, base + rows * d, base + rows * d + rows};
   };
   at::parallel_for(0, pairs * splits, 1, [&](int64_t lo, int64_t hi) {
-    Tiles tiles(rows, d, kTileTokens);
-    Scratch sc(rows, d, s.num_drafts);
+    ThreadBuffers<Tiles> buffers(rows, d, D);
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t pair = item / splits, part = item % splits;
       const int64_t b = pair / s.num_kv_heads, kvh = pair % s.num_kv_heads;
       const RequestRange& req = requests[b];
-      kernel.attend(b, kvh, req, part_start(req, part), part_start(req, part + 1), tiles, sc,
-                    partial_state(item));
+      kernel.attend(b, kvh, req, part_start(req, part), part_start(req, part + 1),
+                    buffers.tiles, buffers.sc, partial_state(item));
     }
   });
   at::parallel_for(0, pairs, 1, [&](int64_t lo, int64_t hi) {
-    Scratch sc(rows, d, s.num_drafts);
+    Scratch& sc = thread_instance<Scratch>();
+    sc.reset(rows, d, D);
     std::vector<RowState> parts(splits);
     for (int64_t pair = lo; pair < hi; ++pair) {
       for (int64_t part = 0; part < splits; ++part) parts[part] = partial_state(pair * splits + part);
