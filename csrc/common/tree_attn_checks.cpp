@@ -1,6 +1,8 @@
 // Argument checks shared by every backend of verify.tree_attn. The Python fake
 // kernels (verify_ops/ops.py) mirror these messages; tests compare the two.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "common/check_message.h"
@@ -196,37 +198,90 @@ TreeAttnShape check_tree_attn_args(const char* op, const at::Tensor& q,
   return s;
 }
 
+namespace {
+
+// The value checks, given the ranges found on the host or on the device.
+void check_request_rows(const char* op, const TreeAttnShape& shape, int64_t rpi_min,
+                        int64_t rpi_max) {
+  VERIFY_CHECK(rpi_min >= 0 && rpi_max < shape.num_req_rows, op,
+              ": req_pool_indices must lie in [0, ", shape.num_req_rows,
+              ") (req_to_token.size(0)), got values in [", rpi_min, ", ",
+              rpi_max, "]");
+}
+
+void check_lengths(const char* op, const TreeAttnShape& shape, int64_t len_min,
+                   int64_t need) {
+  VERIFY_CHECK(len_min >= 0, op, ": seq_lens must be >= 0, got ", len_min);
+  VERIFY_CHECK(need <= shape.max_context, op,
+              ": seq_lens + D must be <= max_ctx = req_to_token.size(1) = ",
+              shape.max_context, ", got ", need);
+}
+
+void check_slots(const char* op, const TreeAttnShape& shape, int64_t slot_min,
+                 int64_t slot_max) {
+  VERIFY_CHECK(slot_min >= 0 && slot_max < shape.pool_size, op,
+              ": KV slots in req_to_token must lie in [0, ", shape.pool_size,
+              ") (k_cache.size(0)), got values in [", slot_min, ", ",
+              slot_max, "]");
+}
+
+// Element (i, j) of an int32 or int64 CPU tensor of rank 1 or 2.
+int64_t index_at(const at::Tensor& t, int64_t i, int64_t j = 0) {
+  const int64_t off = i * t.stride(0) + (t.dim() > 1 ? j * t.stride(1) : 0);
+  return t.scalar_type() == at::kLong ? t.const_data_ptr<int64_t>()[off]
+                                      : t.const_data_ptr<int32_t>()[off];
+}
+
+// On the host, plain loops: a dozen tensor ops would cost more than a short
+// verify itself.
+void check_values_on_host(const char* op, const TreeAttnShape& shape,
+                          const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                          const at::Tensor& seq_lens) {
+  int64_t rpi_min = std::numeric_limits<int64_t>::max(), rpi_max = std::numeric_limits<int64_t>::min();
+  int64_t len_min = rpi_min, need = rpi_max;
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    rpi_min = std::min(rpi_min, index_at(req_pool_indices, b));
+    rpi_max = std::max(rpi_max, index_at(req_pool_indices, b));
+    len_min = std::min(len_min, index_at(seq_lens, b));
+    need = std::max(need, index_at(seq_lens, b) + shape.num_drafts);
+  }
+  check_request_rows(op, shape, rpi_min, rpi_max);
+  check_lengths(op, shape, len_min, need);
+  // Slots actually read: req_to_token[rpi[b], 0 : seq_lens[b] + D].
+  int64_t slot_min = std::numeric_limits<int64_t>::max(), slot_max = std::numeric_limits<int64_t>::min();
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    const int64_t row = index_at(req_pool_indices, b);
+    const int64_t used = index_at(seq_lens, b) + shape.num_drafts;
+    for (int64_t t = 0; t < used; ++t) {
+      const int64_t slot = index_at(req_to_token, row, t);
+      slot_min = std::min(slot_min, slot);
+      slot_max = std::max(slot_max, slot);
+    }
+  }
+  if (slot_min <= slot_max) check_slots(op, shape, slot_min, slot_max);
+}
+
+}  // namespace
+
 void check_tree_attn_values(const char* op, const TreeAttnShape& shape,
                             const at::Tensor& req_to_token,
                             const at::Tensor& req_pool_indices,
                             const at::Tensor& seq_lens) {
   if (shape.batch == 0) return;
+  if (req_to_token.is_cpu())
+    return check_values_on_host(op, shape, req_to_token, req_pool_indices, seq_lens);
   const auto rpi = req_pool_indices.to(at::kLong);
   const auto lens = seq_lens.to(at::kLong);
-  const int64_t rpi_min = rpi.min().item<int64_t>();
-  const int64_t rpi_max = rpi.max().item<int64_t>();
-  VERIFY_CHECK(rpi_min >= 0 && rpi_max < shape.num_req_rows, op,
-              ": req_pool_indices must lie in [0, ", shape.num_req_rows,
-              ") (req_to_token.size(0)), got values in [", rpi_min, ", ",
-              rpi_max, "]");
-  const int64_t len_min = lens.min().item<int64_t>();
-  VERIFY_CHECK(len_min >= 0, op, ": seq_lens must be >= 0, got ", len_min);
-  const int64_t need = (lens + shape.num_drafts).max().item<int64_t>();
-  VERIFY_CHECK(need <= shape.max_context, op,
-              ": seq_lens + D must be <= max_ctx = req_to_token.size(1) = ",
-              shape.max_context, ", got ", need);
+  check_request_rows(op, shape, rpi.min().item<int64_t>(), rpi.max().item<int64_t>());
+  check_lengths(op, shape, lens.min().item<int64_t>(),
+                (lens + shape.num_drafts).max().item<int64_t>());
   // Slots actually read: req_to_token[rpi[b], 0 : seq_lens[b] + D].
   const auto rows = req_to_token.index_select(0, rpi).to(at::kLong);
   const auto pos = at::arange(shape.max_context, rows.options());
   const auto used = pos.unsqueeze(0) < (lens + shape.num_drafts).unsqueeze(1);
   const auto slots = rows.masked_select(used);
   if (slots.numel() == 0) return;
-  const int64_t slot_min = slots.min().item<int64_t>();
-  const int64_t slot_max = slots.max().item<int64_t>();
-  VERIFY_CHECK(slot_min >= 0 && slot_max < shape.pool_size, op,
-              ": KV slots in req_to_token must lie in [0, ", shape.pool_size,
-              ") (k_cache.size(0)), got values in [", slot_min, ", ",
-              slot_max, "]");
+  check_slots(op, shape, slots.min().item<int64_t>(), slots.max().item<int64_t>());
 }
 
 }  // namespace verify_ops
