@@ -25,8 +25,10 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -342,7 +344,9 @@ void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor
 
   // Item (pair, part) covers part `part` of `splits` equal parts of its
   // request's range, cut at multiples of kGatherTokens; a part may be empty.
-  // Its state goes to `partial`.
+  // Its state goes to `partial`; the thread that finishes a pair's last part
+  // merges the pair's parts in their order (so the result does not depend on
+  // which thread that is) and writes the output, all in one parallel region.
   auto part_start = [&](const RequestRange& req, int64_t part) {
     const int64_t steps = (req.total - req.first + cpu::kGatherTokens - 1) / cpu::kGatherTokens;
     return std::min(req.total, req.first + steps * part / splits * cpu::kGatherTokens);
@@ -353,24 +357,22 @@ void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor
     float* base = partial.data() + item * state_floats;
     return RowState{base, base + rows * d, base + rows * d + rows};
   };
+  std::unique_ptr<std::atomic<int64_t>[]> parts_left(new std::atomic<int64_t>[pairs]);
+  for (int64_t pair = 0; pair < pairs; ++pair) parts_left[pair].store(splits);
   at::parallel_for(0, pairs * splits, 1, [&](int64_t lo, int64_t hi) {
     ThreadBuffers<Tiles> buffers(rows, d, D);
+    std::vector<RowState> parts(splits);
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t pair = item / splits, part = item % splits;
       const int64_t b = pair / s.num_kv_heads, kvh = pair % s.num_kv_heads;
       const RequestRange& req = requests[b];
       kernel.attend(b, kvh, req, part_start(req, part), part_start(req, part + 1),
                     buffers.tiles, buffers.sc, partial_state(item));
-    }
-  });
-  at::parallel_for(0, pairs, 1, [&](int64_t lo, int64_t hi) {
-    Scratch& sc = thread_instance<Scratch>();
-    sc.reset(rows, d, D);
-    std::vector<RowState> parts(splits);
-    for (int64_t pair = lo; pair < hi; ++pair) {
-      for (int64_t part = 0; part < splits; ++part) parts[part] = partial_state(pair * splits + part);
-      merge_states(parts.data(), splits, rows, d, sc.state());
-      kernel.finish(pair / s.num_kv_heads, pair % s.num_kv_heads, sc.state());
+      // acq_rel: the last one sees every other part's state.
+      if (parts_left[pair].fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
+      for (int64_t p = 0; p < splits; ++p) parts[p] = partial_state(pair * splits + p);
+      merge_states(parts.data(), splits, rows, d, buffers.sc.state());
+      kernel.finish(b, kvh, buffers.sc.state());
     }
   });
 }
