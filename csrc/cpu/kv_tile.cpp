@@ -32,11 +32,12 @@ inline void prefetch_rows(const kv_t* k_head, int64_t k_slot_stride, const kv_t*
   }
 }
 
-// dst[c * dst_stride + j] = src[j][c] for 32-bit words, c < 8, j < 8.
 #if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
-// Eight words in the compiler's generic vectors, lowered to whatever the
-// target has (two SSE registers, one AVX register, NEON pairs): three rounds
-// of shuffles instead of 64 scalar copies.
+// The compiler's generic vectors, lowered to whatever the target has (SSE,
+// AVX, NEON registers): shuffles instead of scalar copies.
+
+// dst[c * dst_stride + j] = src[j][c] for 32-bit words, c < 8, j < 8: three
+// rounds of shuffles instead of 64 scalar copies.
 typedef uint32_t Words8 __attribute__((vector_size(32)));
 
 __attribute__((always_inline)) inline void transpose_8x8(const void* const src[8], void* dst,
@@ -62,12 +63,43 @@ __attribute__((always_inline)) inline void transpose_8x8(const void* const src[8
     std::memcpy(out + (k + 4) * row_bytes, &high, sizeof(Words8));
   }
 }
+
+// out[2 c] = even[c], out[2 c + 1] = odd[c] for 16-bit words, c < count: two
+// rows of V interleaved into VNNI pairs, 16 words of each row per round.
+__attribute__((always_inline)) inline void interleave_words(const uint16_t* even, const uint16_t* odd, int64_t count,
+                             uint16_t* out) {
+  typedef uint16_t Halves16 __attribute__((vector_size(32)));
+  int64_t c = 0;
+  for (; c + 16 <= count; c += 16) {
+    Halves16 e, o;
+    std::memcpy(&e, even + c, sizeof(e));
+    std::memcpy(&o, odd + c, sizeof(o));
+    const Halves16 low = __builtin_shufflevector(e, o, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5,
+                                                 21, 6, 22, 7, 23);
+    const Halves16 high = __builtin_shufflevector(e, o, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28,
+                                                  13, 29, 14, 30, 15, 31);
+    std::memcpy(out + 2 * c, &low, sizeof(low));
+    std::memcpy(out + 2 * c + 16, &high, sizeof(high));
+  }
+  for (; c < count; ++c) {
+    out[2 * c] = even[c];
+    out[2 * c + 1] = odd[c];
+  }
+}
 #else
 inline void transpose_8x8(const void* const src[8], void* dst, int64_t dst_stride) {
   for (int c = 0; c < 8; ++c)
     for (int j = 0; j < 8; ++j)
       std::memcpy(static_cast<char*>(dst) + (c * dst_stride + j) * 4,
                   static_cast<const char*>(src[j]) + c * 4, 4);
+}
+
+inline void interleave_words(const uint16_t* even, const uint16_t* odd, int64_t count,
+                             uint16_t* out) {
+  for (int64_t c = 0; c < count; ++c) {
+    out[2 * c] = even[c];
+    out[2 * c + 1] = odd[c];
+  }
 }
 #endif
 
@@ -146,15 +178,10 @@ VERIFY_OPS_VECTOR_CLONES void gather_kv_tile_vnni(const c10::BFloat16* k_head,
     }
     transpose_rows(k_rows, head_dim / 2, kt + 2 * t0, kt_stride);
     // V in VNNI layout interleaves the rows of each pair of tokens.
-    for (int64_t j = 0; j < kGatherTokens; j += 2) {
-      c10::BFloat16* pair = v + (t0 + j) * head_dim;
-      const c10::BFloat16* even = v_rows[j];
-      const c10::BFloat16* odd = v_rows[j + 1];
-      for (int64_t c = 0; c < head_dim; ++c) {
-        pair[2 * c] = even[c];
-        pair[2 * c + 1] = odd[c];
-      }
-    }
+    for (int64_t j = 0; j < kGatherTokens; j += 2)
+      interleave_words(reinterpret_cast<const uint16_t*>(v_rows[j]),
+                       reinterpret_cast<const uint16_t*>(v_rows[j + 1]), head_dim,
+                       reinterpret_cast<uint16_t*>(v + (t0 + j) * head_dim));
   }
 }
 
