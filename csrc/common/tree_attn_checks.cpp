@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/check_message.h"
+#include "common/index_reader.h"
 #include "common/tree_attn_args.h"
 
 namespace verify_ops {
@@ -225,35 +226,29 @@ void check_slots(const char* op, const TreeAttnShape& shape, int64_t slot_min,
               slot_max, "]");
 }
 
-// Element (i, j) of an int32 or int64 CPU tensor of rank 1 or 2.
-int64_t index_at(const at::Tensor& t, int64_t i, int64_t j = 0) {
-  const int64_t off = i * t.stride(0) + (t.dim() > 1 ? j * t.stride(1) : 0);
-  return t.scalar_type() == at::kLong ? t.const_data_ptr<int64_t>()[off]
-                                      : t.const_data_ptr<int32_t>()[off];
-}
-
 // On the host, plain loops: a dozen tensor ops would cost more than a short
 // verify itself.
 void check_values_on_host(const char* op, const TreeAttnShape& shape,
                           const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
                           const at::Tensor& seq_lens) {
-  int64_t rpi_min = std::numeric_limits<int64_t>::max(), rpi_max = std::numeric_limits<int64_t>::min();
-  int64_t len_min = rpi_min, need = rpi_max;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  const IndexReader r2t(req_to_token), rpi(req_pool_indices), lens(seq_lens);
+  int64_t rpi_min = kMax, rpi_max = kMin, len_min = kMax, need = kMin;
   for (int64_t b = 0; b < shape.batch; ++b) {
-    rpi_min = std::min(rpi_min, index_at(req_pool_indices, b));
-    rpi_max = std::max(rpi_max, index_at(req_pool_indices, b));
-    len_min = std::min(len_min, index_at(seq_lens, b));
-    need = std::max(need, index_at(seq_lens, b) + shape.num_drafts);
+    rpi_min = std::min(rpi_min, rpi(b));
+    rpi_max = std::max(rpi_max, rpi(b));
+    len_min = std::min(len_min, lens(b));
+    need = std::max(need, lens(b) + shape.num_drafts);
   }
   check_request_rows(op, shape, rpi_min, rpi_max);
   check_lengths(op, shape, len_min, need);
   // Slots actually read: req_to_token[rpi[b], 0 : seq_lens[b] + D].
-  int64_t slot_min = std::numeric_limits<int64_t>::max(), slot_max = std::numeric_limits<int64_t>::min();
+  int64_t slot_min = kMax, slot_max = kMin;
   for (int64_t b = 0; b < shape.batch; ++b) {
-    const int64_t row = index_at(req_pool_indices, b);
-    const int64_t used = index_at(seq_lens, b) + shape.num_drafts;
+    const int64_t row = rpi(b), used = lens(b) + shape.num_drafts;
     for (int64_t t = 0; t < used; ++t) {
-      const int64_t slot = index_at(req_to_token, row, t);
+      const int64_t slot = r2t(row, t);
       slot_min = std::min(slot_min, slot);
       slot_max = std::max(slot_max, slot);
     }

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "common/check_message.h"
+#include "common/index_reader.h"
 #include "common/tree_attn_args.h"
 #include "cpu/kv_tile.h"
 #include "cpu/online_softmax.h"
@@ -51,26 +52,6 @@ static_assert(kTileTokens % cpu::kGatherTokens == 0 && cpu::kGatherTokens % cpu:
 // saves.
 constexpr int64_t kMinSplitTokens = 128;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// Reads int32 or int64 index tensors of rank 1 or 2 through their strides.
-struct IndexReader {
-  const void* data;
-  bool is_int64;
-  int64_t stride0;
-  int64_t stride1;
-
-  explicit IndexReader(const at::Tensor& t)
-      : data(t.data_ptr()),
-        is_int64(t.scalar_type() == at::kLong),
-        stride0(t.stride(0)),
-        stride1(t.dim() > 1 ? t.stride(1) : 0) {}
-
-  int64_t operator()(int64_t i, int64_t j = 0) const {
-    const int64_t off = i * stride0 + j * stride1;
-    return is_int64 ? static_cast<const int64_t*>(data)[off]
-                    : static_cast<const int32_t*>(data)[off];
-  }
-};
 
 // The options as the kernel uses them: scales as numbers, sinks and lse as
 // pointers (null when absent).
