@@ -1,5 +1,8 @@
 #include "cpu/online_softmax.h"
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -102,5 +105,26 @@ void online_softmax_tile(float* scores, int64_t rows, int64_t width, int64_t str
     row_sum[r] += tile_sum;
   }
 }
+
+template <typename out_t>
+VERIFY_OPS_VECTOR_CLONES void weighted_sum_row(const float* const* parts, const float* weights,
+                                               int64_t count, int64_t head_dim, out_t* dst) {
+  constexpr int64_t kChunk = 64;  // columns summed in registers before the conversion
+  for (int64_t c0 = 0; c0 < head_dim; c0 += kChunk) {
+    const int64_t n = std::min(kChunk, head_dim - c0);
+    float sum[kChunk];
+    for (int64_t c = 0; c < n; ++c) sum[c] = weights[0] * parts[0][c0 + c];
+    for (int64_t p = 1; p < count; ++p)
+      for (int64_t c = 0; c < n; ++c) sum[c] += weights[p] * parts[p][c0 + c];
+    for (int64_t c = 0; c < n; ++c) dst[c0 + c] = static_cast<out_t>(sum[c]);
+  }
+}
+
+template void weighted_sum_row<float>(const float* const*, const float*, int64_t, int64_t,
+                                      float*);
+template void weighted_sum_row<c10::BFloat16>(const float* const*, const float*, int64_t,
+                                              int64_t, c10::BFloat16*);
+template void weighted_sum_row<c10::Half>(const float* const*, const float*, int64_t, int64_t,
+                                          c10::Half*);
 
 }  // namespace verify_ops::cpu

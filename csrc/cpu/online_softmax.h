@@ -1,6 +1,6 @@
-// The element-wise half of a KV tile on CPU: scale, soft-cap and online
-// softmax over a [rows, width] block of scores that brgemm produced, in
-// vectorized loops.
+// The element-wise half of the CPU kernel: scale, soft-cap and online
+// softmax over a [rows, width] block of scores that brgemm produced, and the
+// output rows from their accumulators, in vectorized loops.
 #pragma once
 
 #include <cstdint>
@@ -21,5 +21,13 @@ void scale_and_cap(float* scores, int64_t count, float scale, float cap);
 void online_softmax_tile(float* scores, int64_t rows, int64_t width, int64_t stride,
                          float* row_max,
                          float* row_sum, float* acc, int64_t head_dim);
+
+// dst[c] = sum over p < count of weights[p] * parts[p][c], for c < head_dim,
+// in fp32 then converted to out_t (float, c10::BFloat16 or c10::Half): an
+// output row from the accumulators of the parts of its key range, each
+// weighted by its rescale and the softmax's 1 / denominator.
+template <typename out_t>
+void weighted_sum_row(const float* const* parts, const float* weights, int64_t count,
+                      int64_t head_dim, out_t* dst);
 
 }  // namespace verify_ops::cpu

@@ -1,6 +1,7 @@
 #include "cpu/tile_products.h"
 
 #include <ATen/native/CPUBlas.h>
+#include <c10/util/Half.h>
 
 #include "cpu/vector_clones.h"
 
@@ -35,6 +36,17 @@ void Fp32TileProducts::reset(int64_t rows, int64_t head_dim, int64_t max_width) 
   grow(v_, max_width * head_dim);
   grow(stage_, kGatherTokens * head_dim);
 }
+
+template <typename q_t>
+VERIFY_OPS_VECTOR_CLONES void Fp32TileProducts::set_query(int64_t r, const q_t* src,
+                                                          float score_scale) {
+  float* dst = q_.data() + r * head_dim_;
+  for (int64_t c = 0; c < head_dim_; ++c) dst[c] = static_cast<float>(src[c]) * score_scale;
+}
+
+template void Fp32TileProducts::set_query<float>(int64_t, const float*, float);
+template void Fp32TileProducts::set_query<c10::BFloat16>(int64_t, const c10::BFloat16*, float);
+template void Fp32TileProducts::set_query<c10::Half>(int64_t, const c10::Half*, float);
 
 void Fp32TileProducts::scores(float* scores) const {
   at::native::cpublas::brgemm(rows_, width_, head_dim_, head_dim_, kt_stride_, max_width_,

@@ -3,7 +3,7 @@
 // the BLAS gemm), in one of two precisions:
 //
 // - Fp32TileProducts: K and V converted to fp32 once per tile; any pool
-//   dtype, any CPU. The caller folds the score scale into Q.
+//   dtype, any CPU. The score scale is folded into Q.
 // - Bf16TileProducts: a bf16 q and pool stay bf16 and P is rounded to bf16
 //   for P.V (as the GPU kernels do); for CPUs with AMX, where brgemm's bf16
 //   kernel ran 3-8x faster than its fp32 one on the shapes used here (one
@@ -19,6 +19,7 @@
 
 #include <c10/util/BFloat16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -33,7 +34,10 @@ class Fp32TileProducts {
   void reset(int64_t rows, int64_t head_dim, int64_t max_width);
   void release() {}
 
-  float* queries() { return q_.data(); }
+  // Query row r (of head_dim values of q_t: float, c10::BFloat16 or
+  // c10::Half), times the score scale.
+  template <typename q_t>
+  void set_query(int64_t r, const q_t* src, float score_scale);
 
   // Gathers the tile of `width` tokens at `slots` (see kv_tile.h).
   template <typename kv_t>
@@ -62,7 +66,10 @@ class Bf16TileProducts {
   void reset(int64_t rows, int64_t head_dim, int64_t max_width);
   void release();  // hands back the thread's AMX state
 
-  c10::BFloat16* queries() { return q_.data(); }
+  // Query row r as it is: the caller scales the scores.
+  void set_query(int64_t r, const c10::BFloat16* src, float /*score_scale*/) {
+    std::copy(src, src + head_dim_, q_.data() + r * head_dim_);
+  }
 
   void load(const c10::BFloat16* k_head, int64_t k_slot_stride, const c10::BFloat16* v_head,
             int64_t v_slot_stride, const int64_t* slots, int64_t width) {

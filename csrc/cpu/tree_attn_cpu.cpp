@@ -91,16 +91,19 @@ void grow(std::vector<T>& buffer, int64_t size) {
 // Per-thread buffers for one (request, KV head) at a time, beside the tile
 // products' own; kept across calls like them (see tile_products.h).
 struct Scratch {
-  std::vector<float> scores, acc, max, sum;
+  std::vector<float> scores, acc, max, sum, part_weights;
   std::vector<int64_t> slots, window_lo;
+  std::vector<const float*> part_rows;
 
-  void reset(int64_t rows, int64_t d, int64_t drafts) {
+  void reset(int64_t rows, int64_t d, int64_t drafts, int64_t parts) {
     grow(scores, rows * kTileTokens);
     grow(acc, rows * d);
     grow(max, rows);
     grow(sum, rows);
     grow(slots, kTileTokens + cpu::kGatherTokens);
     grow(window_lo, drafts);
+    grow(part_weights, parts);
+    grow(part_rows, parts);
   }
 
   RowState state() { return {acc.data(), max.data(), sum.data()}; }
@@ -119,10 +122,10 @@ struct ThreadBuffers {
   Tiles& tiles;
   Scratch& sc;
 
-  ThreadBuffers(int64_t rows, int64_t d, int64_t drafts)
+  ThreadBuffers(int64_t rows, int64_t d, int64_t drafts, int64_t parts)
       : tiles(thread_instance<Tiles>()), sc(thread_instance<Scratch>()) {
     tiles.reset(rows, d, kTileTokens);
-    sc.reset(rows, d, drafts);
+    sc.reset(rows, d, drafts, parts);
   }
   ~ThreadBuffers() { tiles.release(); }
   ThreadBuffers(const ThreadBuffers&) = delete;
@@ -178,16 +181,9 @@ struct TreeAttnCpu {
       highest_lo = std::max(highest_lo, sc.window_lo[j]);
     }
     const q_t* q_ptr = q.data_ptr<q_t>();
-    for (int64_t r = 0; r < rows; ++r) {
-      const q_t* src = q_ptr + token_of(b, r) * q.stride(0) + head_of(kvh, r) * q.stride(1);
-      auto* dst = tiles.queries() + r * d;
-      for (int64_t c = 0; c < d; ++c) {
-        if constexpr (Tiles::kScaledQueries)
-          dst[c] = static_cast<float>(src[c]) * opt.score_scale;
-        else
-          dst[c] = src[c];
-      }
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      tiles.set_query(r, q_ptr + token_of(b, r) * q.stride(0) + head_of(kvh, r) * q.stride(1),
+                      opt.score_scale);
     const float post_scale = Tiles::kScaledQueries ? 1.f : opt.score_scale;
     std::fill(state.acc, state.acc + rows * d, 0.f);
     std::fill(state.max, state.max + rows, kNegInf);
@@ -220,48 +216,38 @@ struct TreeAttnCpu {
     }
   }
 
-  // Writes out (and lse) for the rows of (b, kvh) from their final state.
-  void finish(int64_t b, int64_t kvh, const RowState& state) const {
+  // Writes out (and lse) for the rows of (b, kvh) from the states of `count`
+  // parts over disjoint key ranges, merged by their maxima in part order.
+  void finish(int64_t b, int64_t kvh, const RowState* parts, int64_t count, Scratch& sc) const {
     const int64_t d = s.head_dim;
     q_t* out_ptr = out.data_ptr<q_t>();
+    const float** part_rows = sc.part_rows.data();
+    float* weights = sc.part_weights.data();
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t tok = token_of(b, r), head = head_of(kvh, r);
-      q_t* dst = out_ptr + tok * out.stride(0) + head * out.stride(1);
+      float max = kNegInf;
+      for (int64_t p = 0; p < count; ++p) max = std::max(max, parts[p].max[r]);
       // A sink adds exp(sink) to the denominator only. A row that sees no
       // key (empty prefix, empty mask row) outputs zeros.
       const float sink = opt.sinks ? opt.sinks[head] : kNegInf;
-      const bool seen = state.max[r] != kNegInf;
-      const float denom = seen ? state.sum[r] + std::exp(sink - state.max[r]) : 0.f;
+      const bool seen = max != kNegInf;
+      float sum = 0.f;
+      for (int64_t p = 0; p < count; ++p) {
+        weights[p] = seen ? std::exp(parts[p].max[r] - max) : 0.f;  // 0: a part that saw nothing
+        sum += weights[p] * parts[p].sum[r];
+        part_rows[p] = parts[p].acc + r * d;
+      }
+      const float denom = seen ? sum + std::exp(sink - max) : 0.f;
       const float inv = seen ? opt.value_scale / denom : 0.f;
-      for (int64_t c = 0; c < d; ++c) dst[c] = static_cast<q_t>(state.acc[r * d + c] * inv);
+      for (int64_t p = 0; p < count; ++p) weights[p] *= inv;
+      cpu::weighted_sum_row(part_rows, weights, count, d,
+                            out_ptr + tok * out.stride(0) + head * out.stride(1));
       if (opt.lse)
         opt.lse[tok * opt.lse_stride_token + head * opt.lse_stride_head] =
-            seen ? state.max[r] + std::log(denom) : sink;
+            seen ? max + std::log(denom) : sink;
     }
   }
 };
-
-// Merges `count` partial states over disjoint key ranges, in order, into `into`.
-void merge_states(const RowState* parts, int64_t count, int64_t rows, int64_t d,
-                  RowState into) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float max = kNegInf;
-    for (int64_t p = 0; p < count; ++p) max = std::max(max, parts[p].max[r]);
-    float sum = 0.f;
-    float* acc = into.acc + r * d;
-    std::fill(acc, acc + d, 0.f);
-    if (max != kNegInf) {
-      for (int64_t p = 0; p < count; ++p) {
-        const float weight = std::exp(parts[p].max[r] - max);  // 0 for a part that saw nothing
-        sum += weight * parts[p].sum[r];
-        const float* part = parts[p].acc + r * d;
-        for (int64_t c = 0; c < d; ++c) acc[c] += weight * part[c];
-      }
-    }
-    into.max[r] = max;
-    into.sum[r] = sum;
-  }
-}
 
 template <typename q_t, typename kv_t, typename Tiles>
 void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor& k_cache,
@@ -311,13 +297,14 @@ void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor
 
   if (splits == 1) {
     at::parallel_for(0, pairs, 1, [&](int64_t lo, int64_t hi) {
-      ThreadBuffers<Tiles> buffers(rows, d, D);
+      ThreadBuffers<Tiles> buffers(rows, d, D, 1);
       Scratch& sc = buffers.sc;
       for (int64_t pair = lo; pair < hi; ++pair) {
         const int64_t b = pair / s.num_kv_heads, kvh = pair % s.num_kv_heads;
+        const RowState state = sc.state();
         kernel.attend(b, kvh, requests[b], requests[b].first, requests[b].total, buffers.tiles,
-                      sc, sc.state());
-        kernel.finish(b, kvh, sc.state());
+                      sc, state);
+        kernel.finish(b, kvh, &state, 1, sc);
       }
     });
     return;
@@ -341,7 +328,7 @@ void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor
   std::unique_ptr<std::atomic<int64_t>[]> parts_left(new std::atomic<int64_t>[pairs]);
   for (int64_t pair = 0; pair < pairs; ++pair) parts_left[pair].store(splits);
   at::parallel_for(0, pairs * splits, 1, [&](int64_t lo, int64_t hi) {
-    ThreadBuffers<Tiles> buffers(rows, d, D);
+    ThreadBuffers<Tiles> buffers(rows, d, D, splits);
     std::vector<RowState> parts(splits);
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t pair = item / splits, part = item % splits;
@@ -352,8 +339,7 @@ void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor
       // acq_rel: the last one sees every other part's state.
       if (parts_left[pair].fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
       for (int64_t p = 0; p < splits; ++p) parts[p] = partial_state(pair * splits + p);
-      merge_states(parts.data(), splits, rows, d, buffers.sc.state());
-      kernel.finish(b, kvh, buffers.sc.state());
+      kernel.finish(b, kvh, parts.data(), splits, buffers.sc);
     }
   });
 }
