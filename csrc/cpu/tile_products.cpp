@@ -19,11 +19,6 @@ VERIFY_OPS_VECTOR_CLONES void round_to_bf16(const float* in, int64_t rows, int64
     for (int64_t t = 0; t < width; ++t) out[r * stride + t] = c10::BFloat16(in[r * stride + t]);
 }
 
-template <typename T>
-void grow(std::vector<T>& buffer, int64_t size) {
-  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
-}
-
 }  // namespace
 
 void Fp32TileProducts::reset(int64_t rows, int64_t head_dim, int64_t max_width) {
@@ -31,10 +26,10 @@ void Fp32TileProducts::reset(int64_t rows, int64_t head_dim, int64_t max_width) 
   head_dim_ = head_dim;
   max_width_ = max_width;
   kt_stride_ = max_width + kKtPadding;
-  grow(q_, rows * head_dim);
-  grow(kt_, head_dim * kt_stride_);
-  grow(v_, max_width * head_dim);
-  grow(stage_, kGatherTokens * head_dim);
+  q_.grow(rows * head_dim);
+  kt_.grow(head_dim * kt_stride_);
+  v_.grow(max_width * head_dim);
+  stage_.grow(kGatherTokens * head_dim);
 }
 
 template <typename q_t>
@@ -66,11 +61,11 @@ void Bf16TileProducts::reset(int64_t rows, int64_t head_dim, int64_t max_width) 
   rows_ = rows;
   head_dim_ = head_dim;
   max_width_ = max_width;
-  grow(q_, rows * head_dim);
-  grow(kt_, head_dim * max_width);
-  grow(v_, max_width * head_dim);
-  grow(probs_, rows * max_width);
-  grow(zeros_, head_dim);  // only ever read
+  q_.grow(rows * head_dim);
+  kt_.grow(head_dim * max_width);
+  v_.grow(max_width * head_dim);
+  probs_.grow(rows * max_width);
+  zeros_.grow(head_dim);  // only ever read
 }
 
 void Bf16TileProducts::release() { at::native::cpublas::brgemm_release(/*is_vnni=*/true); }

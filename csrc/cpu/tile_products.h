@@ -21,8 +21,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
+#include "cpu/buffer.h"
 #include "cpu/kv_tile.h"
 
 namespace verify_ops::cpu {
@@ -53,7 +53,7 @@ class Fp32TileProducts {
 
  private:
   int64_t rows_ = 0, head_dim_ = 0, max_width_ = 0, kt_stride_ = 0, width_ = 0;
-  std::vector<float> q_, kt_, v_, stage_;
+  Buffer<float> q_, kt_, v_, stage_;
 };
 
 class Bf16TileProducts {
@@ -84,7 +84,7 @@ class Bf16TileProducts {
 
  private:
   int64_t rows_ = 0, head_dim_ = 0, max_width_ = 0, width_ = 0;
-  std::vector<c10::BFloat16> q_, kt_, v_, probs_, zeros_;
+  Buffer<c10::BFloat16> q_, kt_, v_, probs_, zeros_;
 };
 
 }  // namespace verify_ops::cpu

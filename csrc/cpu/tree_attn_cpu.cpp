@@ -35,6 +35,7 @@
 #include "common/check_message.h"
 #include "common/index_reader.h"
 #include "common/tree_attn_args.h"
+#include "cpu/buffer.h"
 #include "cpu/kv_tile.h"
 #include "cpu/online_softmax.h"
 #include "cpu/tile_products.h"
@@ -83,27 +84,22 @@ struct RowState {
   float* sum;
 };
 
-template <typename T>
-void grow(std::vector<T>& buffer, int64_t size) {
-  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
-}
-
 // Per-thread buffers for one (request, KV head) at a time, beside the tile
 // products' own; kept across calls like them (see tile_products.h).
 struct Scratch {
-  std::vector<float> scores, acc, max, sum, part_weights;
-  std::vector<int64_t> slots, window_lo;
-  std::vector<const float*> part_rows;
+  cpu::Buffer<float> scores, acc, max, sum, part_weights;
+  cpu::Buffer<int64_t> slots, window_lo;
+  cpu::Buffer<const float*> part_rows;
 
   void reset(int64_t rows, int64_t d, int64_t drafts, int64_t parts) {
-    grow(scores, rows * kTileTokens);
-    grow(acc, rows * d);
-    grow(max, rows);
-    grow(sum, rows);
-    grow(slots, kTileTokens + cpu::kGatherTokens);
-    grow(window_lo, drafts);
-    grow(part_weights, parts);
-    grow(part_rows, parts);
+    scores.grow(rows * kTileTokens);
+    acc.grow(rows * d);
+    max.grow(rows);
+    sum.grow(rows);
+    slots.grow(kTileTokens + cpu::kGatherTokens);
+    window_lo.grow(drafts);
+    part_weights.grow(parts);
+    part_rows.grow(parts);
   }
 
   RowState state() { return {acc.data(), max.data(), sum.data()}; }
@@ -319,8 +315,10 @@ void tree_attn_cpu(const TreeAttnShape& s, const at::Tensor& q, const at::Tensor
     const int64_t steps = (req.total - req.first + cpu::kGatherTokens - 1) / cpu::kGatherTokens;
     return std::min(req.total, req.first + steps * part / splits * cpu::kGatherTokens);
   };
-  const int64_t state_floats = rows * d + 2 * rows;
-  std::vector<float> partial(pairs * splits * state_floats);
+  // Each state on its own cache lines.
+  const int64_t state_floats = (rows * d + 2 * rows + 15) / 16 * 16;
+  cpu::Buffer<float>& partial = thread_instance<cpu::Buffer<float>>();
+  partial.grow(pairs * splits * state_floats);
   auto partial_state = [&](int64_t item) {
     float* base = partial.data() + item * state_floats;
     return RowState{base, base + rows * d, base + rows * d + rows};
