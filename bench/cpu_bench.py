@@ -146,17 +146,19 @@ def time_case(seq_len: int, num_drafts: int, heads: tuple, dtype_name: str,
 
 def time_scaling(seq_len: int, num_drafts: int, dtype_name: str, threads: int,
                  repeats: int) -> dict:
-    """8/1/128 batch 1 (one KV head) with 1 thread and with ``threads``, alternating."""
+    """8/1/128 batch 1 (one KV head) with 1 thread and with ``threads``, alternating.
+
+    After each switch of the thread count one call goes untimed: the timed one
+    is a call right after another with the same threads, as in a model's
+    forward pass, not one that first wakes the pool's sleeping threads."""
     case = make_case([seq_len], num_drafts, 8, 1, 128, dtype=DTYPES[dtype_name], tree="eagle",
                      seed=seq_len)
     out = torch.empty_like(case.q)
     samples = {1: [], threads: []}
-    for count in samples:
-        torch.set_num_threads(count)
-        verify_ops.tree_attn_out(*case.args(), out)
     for _ in range(repeats):
         for count in samples:
             torch.set_num_threads(count)
+            verify_ops.tree_attn_out(*case.args(), out)
             start = time.perf_counter()
             verify_ops.tree_attn_out(*case.args(), out)
             samples[count].append((time.perf_counter() - start) * 1e6)
