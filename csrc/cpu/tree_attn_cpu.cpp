@@ -11,10 +11,14 @@
 // Splits: when the (request, KV head) pairs are fewer than the threads
 // (at::get_num_threads()), each request's KV range is cut into
 // ceil(threads / pairs) equal parts (in steps of kGatherTokens; fewer where
-// the longest range has under kMinSplitTokens per part), and the parts are
-// merged by their log-sum-exp in a fixed order. The result therefore depends on the
+// the longest range has under kMinSplitTokens per part); the thread that
+// finishes a pair's last part merges the parts by their maxima and sums, in
+// part order, as it writes the output. The result therefore depends on the
 // thread count, but never on where a request's slots lie: tiles and splits
 // follow logical positions, and slots only say where to read.
+//
+// Each thread keeps its tile buffers across calls (cpu/buffer.h), so a call
+// allocates nothing per tile or per thread.
 //
 // Options follow verify_ops.tree_attn_ref: fp8 pools are read through their
 // scales, the soft-cap applies to the scaled scores, sinks enter the
