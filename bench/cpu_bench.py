@@ -48,7 +48,9 @@ def cpu_model() -> dict:
     try:
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
         fields = dict(line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
-        for key in ("Model name", "CPU(s)", "Thread(s) per core", "L2 cache", "L3 cache"):
+        for key in ("Model name", "Vendor ID", "CPU family", "Model", "Stepping",
+                    "Hypervisor vendor", "CPU(s)", "Thread(s) per core", "L1d cache",
+                    "L2 cache", "L3 cache"):
             if key in fields:
                 info[key] = fields[key].strip()
         flags = fields.get("Flags", "").split()
@@ -170,6 +172,35 @@ def time_scaling(seq_len: int, num_drafts: int, dtype_name: str, threads: int,
             "min_ratio": min(samples[threads]) / min(samples[1])}
 
 
+def markdown_table(result: dict) -> str:
+    """The README's summary of a run: per dtype, shape and D, the op and SDPA
+    at the shortest and longest context, the least SDPA/op over all contexts,
+    and the op's share of the fp32 matmul rate at the longest."""
+    rows = result["rows"]
+    contexts = sorted({r["seq_len"] for r in rows})
+    lo, hi = contexts[0], contexts[-1]
+    lines = [f"| dtype | Hq/Hkv/d | D | op ms {lo} | SDPA ms {lo} | op ms {hi} | SDPA ms {hi} "
+             f"| least SDPA/op ({lo}-{hi}) | op % of fp32 mm at {hi} |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["dtype"], r["heads"], r["num_drafts"]), {})[r["seq_len"]] = r
+    for (dtype, heads, drafts), by_len in groups.items():
+        least = min(r["sdpa_over_op"] for r in by_len.values())
+        lines.append(f"| {dtype} | {heads} | {drafts} | {by_len[lo]['op_us'] / 1e3:.2f} "
+                     f"| {by_len[lo]['sdpa_us'] / 1e3:.2f} | {by_len[hi]['op_us'] / 1e3:.2f} "
+                     f"| {by_len[hi]['sdpa_us'] / 1e3:.2f} | {least:.2f} "
+                     f"| {100 * by_len[hi]['op_fraction_of_fp32_matmul']:.0f} |")
+    if result["scaling"]:
+        lines += ["", "| dtype (8/1/128, batch 1) | D | context | 1 thread ms | 2 threads ms | ratio |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for r in result["scaling"]:
+            lines.append(f"| {r['dtype']} | {r['num_drafts']} | {r['seq_len']} "
+                         f"| {r['us_1_thread'] / 1e3:.2f} | {r['us_all_threads'] / 1e3:.2f} "
+                         f"| {r['ratio']:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--contexts", default="1024,2048,4096,8192,16384")
@@ -181,6 +212,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--no-scaling", dest="scaling", action="store_false",
                         help="skip the 1-thread against all-threads timing of 8/1/128")
     parser.add_argument("--out", help="JSON output path")
+    parser.add_argument("--markdown", action="store_true",
+                        help="also print the README's summary table")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     contexts = [int(x) for x in args.contexts.split(",")]
@@ -228,6 +261,8 @@ def main(argv=None) -> dict:
                  "matmul_flops_per_s_after": matmul_after, "repeats": args.repeats},
         "rows": rows, "scaling": scaling,
     }
+    if args.markdown:
+        print(markdown_table(result))
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:
