@@ -14,6 +14,7 @@ from verify_ops.cases import make_case
 
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 TILE = 256  # kTileTokens in csrc/cpu/tree_attn_cpu.cpp
+MAX_TILE = TILE + 64  # kMaxTileTokens: a range's last tile takes up to this many keys
 
 
 @pytest.fixture
@@ -55,9 +56,11 @@ def check(case, **extra):
 
 
 # One pair and a few threads: up to 7 splits in steps of 16 tokens, at least
-# 128 tokens each (none below 128 tokens), tiles ending on and off 256.
+# 128 tokens each (none below 128 tokens), tiles ending on and off 256, a
+# range of exactly MAX_TILE keys (one tile) and of one more (two).
 @pytest.mark.parametrize("num_threads", [2, 3, 7])
-@pytest.mark.parametrize("prefix", [0, 1, TILE - 4, TILE, 3 * TILE + 17])
+@pytest.mark.parametrize("prefix", [0, 1, TILE - 4, TILE, MAX_TILE - 8, MAX_TILE - 7,
+                                    3 * TILE + 17])
 def test_split_kv_range(threads, num_threads, prefix):
     threads(num_threads)
     case = make_case([prefix], 8, 8, 1, 64, dtype=torch.float32, tree="random",

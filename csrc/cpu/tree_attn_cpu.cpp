@@ -1,7 +1,7 @@
 // CPU kernel for verify.tree_attn_out.
 //
 // Work items are (request, KV head, KV split). An item walks its part of the
-// request's KV range in tiles of kTileTokens tokens: each tile is gathered
+// request's KV range in tiles of about kTileTokens tokens: each tile is gathered
 // from the pool once for all D * (Hq / Hkv) query rows of the head
 // (kv_tile.cpp); the scores S = Q.K^T and the update O += P.V are small
 // matrix products through at::native::cpublas::brgemm (tile_products.cpp:
@@ -48,10 +48,14 @@
 namespace verify_ops {
 namespace {
 
-// Keys per tile: brgemm's N for Q.K^T and K for P.V. A range's last tile is
-// narrower, padded to a multiple of kGatherTokens with zero keys (masked).
+// Keys per tile: brgemm's N for Q.K^T and K for P.V. A range's last tile
+// takes what is left, up to kMaxTileTokens (a remainder of a few keys, often
+// just the drafts, would cost a tile's fixed work for almost nothing), padded
+// to a multiple of kGatherTokens with zero keys (masked).
 constexpr int64_t kTileTokens = 256;
-static_assert(kTileTokens % cpu::kGatherTokens == 0 && cpu::kGatherTokens % cpu::kScoreLanes == 0);
+constexpr int64_t kMaxTileTokens = kTileTokens + 64;
+static_assert(kTileTokens % cpu::kGatherTokens == 0 && kMaxTileTokens % cpu::kGatherTokens == 0 &&
+              cpu::kGatherTokens % cpu::kScoreLanes == 0);
 // A request's range is split into parts of at least this many tokens: a
 // shorter part would cost more in its thread's start and the merge than it
 // saves.
@@ -96,11 +100,11 @@ struct Scratch {
   cpu::Buffer<const float*> part_rows;
 
   void reset(int64_t rows, int64_t d, int64_t drafts, int64_t parts) {
-    scores.grow(rows * kTileTokens);
+    scores.grow(rows * kMaxTileTokens);
     acc.grow(rows * d);
     max.grow(rows);
     sum.grow(rows);
-    slots.grow(kTileTokens + cpu::kGatherTokens);
+    slots.grow(kMaxTileTokens + cpu::kGatherTokens);
     window_lo.grow(drafts);
     part_weights.grow(parts);
     part_rows.grow(parts);
@@ -124,7 +128,7 @@ struct ThreadBuffers {
 
   ThreadBuffers(int64_t rows, int64_t d, int64_t drafts, int64_t parts)
       : tiles(thread_instance<Tiles>()), sc(thread_instance<Scratch>()) {
-    tiles.reset(rows, d, kTileTokens);
+    tiles.reset(rows, d, kMaxTileTokens);
     sc.reset(rows, d, drafts, parts);
   }
   ~ThreadBuffers() { tiles.release(); }
@@ -157,7 +161,7 @@ struct TreeAttnCpu {
     const int64_t padding_from = std::max(start, std::min(end, stop));
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = r / group;
-      float* row = scores + r * kTileTokens;  // key t at position start + t
+      float* row = scores + r * kMaxTileTokens;  // key t at position start + t
       const int64_t hidden_to = std::clamp(std::min(window_lo[i], L), start, stop);
       std::fill(row, row + (hidden_to - start), kNegInf);
       const uint8_t* visible = req.draft_visible + i * D;  // draft j at position L + j
@@ -192,8 +196,8 @@ struct TreeAttnCpu {
     const kv_t* k_head = static_cast<const kv_t*>(k_cache.data_ptr()) + kvh * k_cache.stride(1);
     const kv_t* v_head = static_cast<const kv_t*>(v_cache.data_ptr()) + kvh * v_cache.stride(1);
     float* scores = sc.scores.data();
-    for (int64_t start = begin; start < end; start += kTileTokens) {
-      const int64_t keys = std::min(kTileTokens, end - start);
+    for (int64_t start = begin, keys; start < end; start += keys) {
+      keys = end - start <= kMaxTileTokens ? end - start : kTileTokens;
       const int64_t width =
           (keys + cpu::kGatherTokens - 1) / cpu::kGatherTokens * cpu::kGatherTokens;
       // The tile's slots (-1 past `end`: padding), then the next
@@ -206,11 +210,11 @@ struct TreeAttnCpu {
       tiles.scores(scores);
       if (post_scale != 1.f || opt.logit_cap > 0)
         for (int64_t r = 0; r < rows; ++r)
-          cpu::scale_and_cap(scores + r * kTileTokens, width, post_scale, opt.logit_cap);
+          cpu::scale_and_cap(scores + r * kMaxTileTokens, width, post_scale, opt.logit_cap);
       // Only tiles with drafts, padding or a window edge need a per-key mask.
       if (start + width > std::min(L, end) || start < highest_lo)
         mask_tile(req, sc.window_lo.data(), start, width, end, scores);
-      cpu::online_softmax_tile(scores, rows, width, kTileTokens, state.max, state.sum, state.acc,
+      cpu::online_softmax_tile(scores, rows, width, kMaxTileTokens, state.max, state.sum, state.acc,
                                d);
       tiles.accumulate(scores, state.acc);
     }
