@@ -4,7 +4,7 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
-#include <bit>
+#include <c10/util/bit_cast.h>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -35,8 +35,8 @@ inline float vector_exp(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.f;
   const uint32_t exponent =
-      (std::bit_cast<uint32_t>(shifted) - std::bit_cast<uint32_t>(kRound) + 127u) << 23;
-  const float result = p * std::bit_cast<float>(exponent);
+      (c10::bit_cast<uint32_t>(shifted) - c10::bit_cast<uint32_t>(kRound) + 127u) << 23;
+  const float result = p * c10::bit_cast<float>(exponent);
   return x < -87.3f ? 0.f : result;
 }
 
@@ -46,10 +46,10 @@ inline float vector_exp(float x) {
 inline int32_t ordered_bits(int32_t bits) { return bits >= 0 ? bits : bits ^ 0x7fffffff; }
 
 inline float row_max_of(const float* row, int64_t width) {
-  int32_t max = ordered_bits(std::bit_cast<int32_t>(kNegInf));
+  int32_t max = ordered_bits(c10::bit_cast<int32_t>(kNegInf));
   for (int64_t t = 0; t < width; ++t)
-    max = std::max(max, ordered_bits(std::bit_cast<int32_t>(row[t])));
-  return std::bit_cast<float>(ordered_bits(max));
+    max = std::max(max, ordered_bits(c10::bit_cast<int32_t>(row[t])));
+  return c10::bit_cast<float>(ordered_bits(max));
 }
 
 // row <- exp(row - max); returns the sum, added in a fixed lane order.
