@@ -8,6 +8,7 @@
 #include <c10/util/ArrayRef.h>
 #include <c10/util/Exception.h>
 
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -35,3 +36,14 @@ std::string check_message(const Args&... args) {
 }  // namespace verify_ops
 
 #define VERIFY_CHECK(cond, ...) TORCH_CHECK((cond), ::verify_ops::check_message(__VA_ARGS__))
+
+namespace verify_ops {
+
+// An index range [lo, hi] (slots, request rows) that must lie in [0, bound).
+inline void check_in_range(const char* op, const char* what, int64_t lo, int64_t hi,
+                           int64_t bound, const char* bound_name) {
+  VERIFY_CHECK(lo >= 0 && hi < bound, op, ": ", what, " must lie in [0, ", bound, ") (",
+              bound_name, "), got values in [", lo, ", ", hi, "]");
+}
+
+}  // namespace verify_ops

@@ -81,8 +81,7 @@ void check_relocate_kv_values(const RelocateShape& shape, const at::Tensor& src_
   const auto dst = dst_slots.to(at::kLong);
   for (const auto& [t, name] : {std::pair{src, "src_slots"}, std::pair{dst, "dst_slots"}}) {
     const int64_t lo = t.min().item<int64_t>(), hi = t.max().item<int64_t>();
-    VERIFY_CHECK(lo >= 0 && hi < shape.pool_size, kOp, ": ", name, " must lie in [0, ",
-                shape.pool_size, ") (the pool size), got values in [", lo, ", ", hi, "]");
+    check_in_range(kOp, name, lo, hi, shape.pool_size, "the pool size");
   }
   const auto sorted_dst = std::get<0>(dst.sort());
   const auto repeats = sorted_dst.slice(0, 1).eq(sorted_dst.slice(0, 0, -1)).nonzero();

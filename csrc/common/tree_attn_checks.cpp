@@ -202,28 +202,12 @@ TreeAttnShape check_tree_attn_args(const char* op, const at::Tensor& q,
 namespace {
 
 // The value checks, given the ranges found on the host or on the device.
-void check_request_rows(const char* op, const TreeAttnShape& shape, int64_t rpi_min,
-                        int64_t rpi_max) {
-  VERIFY_CHECK(rpi_min >= 0 && rpi_max < shape.num_req_rows, op,
-              ": req_pool_indices must lie in [0, ", shape.num_req_rows,
-              ") (req_to_token.size(0)), got values in [", rpi_min, ", ",
-              rpi_max, "]");
-}
-
 void check_lengths(const char* op, const TreeAttnShape& shape, int64_t len_min,
                    int64_t need) {
   VERIFY_CHECK(len_min >= 0, op, ": seq_lens must be >= 0, got ", len_min);
   VERIFY_CHECK(need <= shape.max_context, op,
               ": seq_lens + D must be <= max_ctx = req_to_token.size(1) = ",
               shape.max_context, ", got ", need);
-}
-
-void check_slots(const char* op, const TreeAttnShape& shape, int64_t slot_min,
-                 int64_t slot_max) {
-  VERIFY_CHECK(slot_min >= 0 && slot_max < shape.pool_size, op,
-              ": KV slots in req_to_token must lie in [0, ", shape.pool_size,
-              ") (k_cache.size(0)), got values in [", slot_min, ", ",
-              slot_max, "]");
 }
 
 // On the host, plain loops: a dozen tensor ops would cost more than a short
@@ -241,7 +225,8 @@ void check_values_on_host(const char* op, const TreeAttnShape& shape,
     len_min = std::min(len_min, lens(b));
     need = std::max(need, lens(b) + shape.num_drafts);
   }
-  check_request_rows(op, shape, rpi_min, rpi_max);
+  check_in_range(op, "req_pool_indices", rpi_min, rpi_max, shape.num_req_rows,
+                 "req_to_token.size(0)");
   check_lengths(op, shape, len_min, need);
   // Slots actually read: req_to_token[rpi[b], 0 : seq_lens[b] + D].
   int64_t slot_min = kMax, slot_max = kMin;
@@ -253,7 +238,9 @@ void check_values_on_host(const char* op, const TreeAttnShape& shape,
       slot_max = std::max(slot_max, slot);
     }
   }
-  if (slot_min <= slot_max) check_slots(op, shape, slot_min, slot_max);
+  if (slot_min <= slot_max)
+    check_in_range(op, "KV slots in req_to_token", slot_min, slot_max, shape.pool_size,
+                   "k_cache.size(0)");
 }
 
 }  // namespace
@@ -267,7 +254,8 @@ void check_tree_attn_values(const char* op, const TreeAttnShape& shape,
     return check_values_on_host(op, shape, req_to_token, req_pool_indices, seq_lens);
   const auto rpi = req_pool_indices.to(at::kLong);
   const auto lens = seq_lens.to(at::kLong);
-  check_request_rows(op, shape, rpi.min().item<int64_t>(), rpi.max().item<int64_t>());
+  check_in_range(op, "req_pool_indices", rpi.min().item<int64_t>(), rpi.max().item<int64_t>(),
+                 shape.num_req_rows, "req_to_token.size(0)");
   check_lengths(op, shape, lens.min().item<int64_t>(),
                 (lens + shape.num_drafts).max().item<int64_t>());
   // Slots actually read: req_to_token[rpi[b], 0 : seq_lens[b] + D].
@@ -276,7 +264,8 @@ void check_tree_attn_values(const char* op, const TreeAttnShape& shape,
   const auto used = pos.unsqueeze(0) < (lens + shape.num_drafts).unsqueeze(1);
   const auto slots = rows.masked_select(used);
   if (slots.numel() == 0) return;
-  check_slots(op, shape, slots.min().item<int64_t>(), slots.max().item<int64_t>());
+  check_in_range(op, "KV slots in req_to_token", slots.min().item<int64_t>(),
+                 slots.max().item<int64_t>(), shape.pool_size, "k_cache.size(0)");
 }
 
 }  // namespace verify_ops
