@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       if (masked)
         apply_tree_mask<kBlockN>(s, tile, split_prefix, split_tokens, mask_base, row_draft,
                                  row_valid, key0, t4, p);
-      if (false)
+      if (windowed)
         apply_window<kBlockN>(s, tile, split_prefix, window_split, window_shift, row_draft,
                               mask_base, key0, t4, p);
       return fold_tile_scores<MmaT, Traits::kWgmma>(s, p_frag, tile, masked, row_max, row_sum,
