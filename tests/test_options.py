@@ -121,22 +121,22 @@ def flattened_positions_ref(case, window):
         scores = torch.einsum("ihd,thd->hit", qb, k) * scale
         probs = scores.masked_fill(~visible, float("-inf")).softmax(-1).nan_to_num(0)
         out[b * num_drafts:(b + 1) * num_drafts] = torch.einsum("hit,thd->ihd", probs, v)
-    return out
+    return out.to(q.device)
 
 
 def test_window_uses_tree_depth_not_flattened_index(device):
     """A wide EAGLE tree (topk 4): drafts 1-4 all sit at depth 1, one past the root,
     while their flattened indices run to 4. With W = 2 the flattened reading
     drops prefix keys that the depth reading keeps."""
-    case = make_case([40, 17], 10, 4, 1, 64, dtype=torch.float32, device=device,
-                     tree="chain", seed=5)
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16  # CUDA runs 16-bit q
+    case = make_case([40, 17], 10, 4, 1, 64, dtype=dtype, device=device, tree="chain", seed=5)
     parents = eagle_tree(4, 2, 10, torch.Generator().manual_seed(1))
     case.tree_mask = parents_to_mask(parents).expand(2, -1, -1).contiguous().to(device)
     assert mask_depths(case.tree_mask[0]).tolist()[:5] == [0, 1, 1, 1, 1]
     out = verify_ops.tree_attn(*case.args(), sliding_window=2)
     by_depth = verify_ops.tree_attn_ref(*case.args(), sliding_window=2)
     by_index = flattened_positions_ref(case, window=2)
-    assert verify_ops.relative_error(out, by_depth) < 1e-5
+    assert verify_ops.relative_error(out, by_depth) < (1e-5 if device == "cpu" else 1e-2)
     assert verify_ops.relative_error(by_index, by_depth) > 0.1  # the pitfall is visible here
 
 

@@ -51,6 +51,10 @@ mkdir -p "$ep"
 printf 'Metadata-Version: 2.1\nName: verify-ops-live\nVersion: 0\n' > "$ep/METADATA"
 printf '[sglang.srt.plugins]\nverify_ops = verify_ops.sglang.plugin:register\nlive_dummy_init = bench.device.live_dummy_init:register\n' > "$ep/entry_points.txt"
 export PYTHONPATH="$PWD:$LIVE/site${PYTHONPATH:+:$PYTHONPATH}"
+# DeepGEMM has no wheel here; SGLang imports it when capturing the draft's graphs,
+# and uses it only when SGLANG_ENABLE_JIT_DEEPGEMM is on.
+python3 -c "import deep_gemm" 2> /dev/null || {
+  export PYTHONPATH="$PYTHONPATH:$PWD/bench/device/live_stubs" SGLANG_ENABLE_JIT_DEEPGEMM=0; }
 
 # 4. sgl_kernel's sm90 library links CUDA 13's cuBLAS and NVRTC by soname; where
 #    torch has not loaded them globally, the pip packages' folders are searched.
