@@ -25,7 +25,7 @@ def variant(name: str) -> str | None:
     ``void verify_ops::tree_attn_kernel<__nv_bfloat16, 128, 4, 4, false,
     (verify_ops::OptionSet)0, __nv_bfloat16>(verify_ops::TreeAttnParams)`` becomes
     ``tree_attn_kernel<bf16,128,4,4,false,plain,bf16>``; the defaults are filled
-    in where a build's kernels had no option set and KV type yet."""
+    in where a build's kernels had no option arguments yet."""
     match = _KERNEL.search(name)
     if not match:
         return None
@@ -36,6 +36,8 @@ def variant(name: str) -> str | None:
         if len(fields) == 5:
             fields += ["plain", fields[0]]
         fields[5] = _OPTION_SETS.get(fields[5], fields[5])
+    elif len(fields) == 2:  # a merge kernel from before its OPTIONS argument
+        fields.append("false")
     return f"{match.group(1)}<{','.join(fields)}>"
 
 

@@ -18,6 +18,8 @@ def test_attention_and_merge_kernels_get_short_names():
             == "merge_few_splits_kernel<fp16,64,true>")
     assert variant("void verify_ops::merge_splits_kernel<__nv_bfloat16, 256, false>(p)") == \
         "merge_splits_kernel<bf16,256,false>"
+    assert variant("void verify_ops::merge_splits_kernel<__half, 128>(p)") == \
+        "merge_splits_kernel<fp16,128,false>"
 
 
 def test_other_kernels_are_not_the_ops():
