@@ -8,7 +8,8 @@ the CPU. Timed in one process, with the same threads:
   gathered into ``[1, H, L + D, d]`` with a boolean mask (the gather is not
   timed); the faster of ``enable_gqa=True`` on the KV heads and K/V expanded
   to the query heads beforehand;
-- the matmul ceiling: ``torch.mm`` of two 2048 x 2048 matrices, fp32 and bf16.
+- the matmul ceiling: ``torch.mm`` of two 2048 x 2048 matrices, fp32 and bf16
+  (512 x 512 for a dtype this CPU has no fast GEMM for: ``matmul_sizes``).
 
 The op's rate counts its QK and PV FLOPs, 4 d Hq D (L + D). Calls of the op
 and of SDPA alternate, so that both see the same load; each time is the
@@ -72,10 +73,25 @@ def median_us(run: Callable[[], object], repeats: int) -> float:
     return statistics.median(samples)
 
 
-def matmul_flops_per_s(dtype: torch.dtype, repeats: int = 5) -> float:
-    a = torch.randn(MATMUL_SIZE, MATMUL_SIZE).to(dtype)
-    b = torch.randn(MATMUL_SIZE, MATMUL_SIZE).to(dtype)
-    return 2 * MATMUL_SIZE ** 3 / (median_us(lambda: torch.mm(a, b), repeats) * 1e-6)
+MATMUL_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+# A dtype that this CPU has no fast GEMM for is timed at a quarter of the
+# size: bf16 without AVX-512 BF16 or AMX ran 0.3 GFLOP/s on an AVX2 EPYC,
+# where the 2048^3 calls alone took 12 of the run's 13 minutes.
+SLOW_MATMUL_S = 1.0
+
+
+def matmul_size(dtype: torch.dtype) -> int:
+    """MATMUL_SIZE, or a quarter of it where one call there would take over SLOW_MATMUL_S."""
+    small = MATMUL_SIZE // 4
+    a = torch.randn(small, small).to(dtype)
+    probe_s = median_us(lambda: torch.mm(a, a), 1) * 1e-6
+    return MATMUL_SIZE if probe_s * 64 <= SLOW_MATMUL_S else small
+
+
+def matmul_flops_per_s(dtype: torch.dtype, size: int, repeats: int = 5) -> float:
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    return 2 * size ** 3 / (median_us(lambda: torch.mm(a, b), repeats) * 1e-6)
 
 
 def gathered_sdpa(case: TreeAttnCase, dtype: torch.dtype, expand_heads: bool):
@@ -222,15 +238,15 @@ def main(argv=None) -> dict:
     dtypes = args.dtypes.split(",")
 
     load_before = os.getloadavg()
-    matmul = {"fp32": matmul_flops_per_s(torch.float32),
-              "bf16": matmul_flops_per_s(torch.bfloat16)}
+    sizes = {name: matmul_size(dtype) for name, dtype in MATMUL_DTYPES.items()}
+    matmul = {name: matmul_flops_per_s(dtype, sizes[name]) for name, dtype in MATMUL_DTYPES.items()}
     rows = [time_case(L, D, h, dt, args.repeats)
             for dt in dtypes for h in heads for D in drafts for L in contexts]
     scaling = ([time_scaling(L, D, dt, args.threads, args.repeats)
                 for dt in dtypes for D in drafts for L in (contexts[0], contexts[-1])]
                if args.scaling and args.threads > 1 else [])
-    matmul_after = {"fp32": matmul_flops_per_s(torch.float32),
-                    "bf16": matmul_flops_per_s(torch.bfloat16)}
+    matmul_after = {name: matmul_flops_per_s(dtype, sizes[name])
+                    for name, dtype in MATMUL_DTYPES.items()}
     fp32_rate = max(matmul["fp32"], matmul_after["fp32"])
     for row in rows:
         row["op_fraction_of_fp32_matmul"] = row["op_flops_per_s"] / fp32_rate
@@ -239,8 +255,8 @@ def main(argv=None) -> dict:
     print(f"CPU: {cpu_model().get('Model name')}, {args.threads} threads, "
           f"torch {torch.__version__}; load average before {load_before[0]:.2f}, "
           f"after {os.getloadavg()[0]:.2f}")
-    print(f"torch.mm {MATMUL_SIZE}^3: fp32 {fp32_rate / 1e9:.1f} GFLOP/s, bf16 "
-          f"{max(matmul['bf16'], matmul_after['bf16']) / 1e9:.1f} GFLOP/s")
+    print(f"torch.mm: fp32 {fp32_rate / 1e9:.1f} GFLOP/s at {sizes['fp32']}^3, bf16 "
+          f"{max(matmul['bf16'], matmul_after['bf16']) / 1e9:.1f} GFLOP/s at {sizes['bf16']}^3")
     print(f"{'dtype':>5} {'heads':>9} {'D':>3} {'context':>7} {'op ms':>8} {'SDPA ms':>8} "
           f"{'SDPA/op':>8} {'GFLOP/s':>8} {'% fp32 mm':>9}")
     for r in rows:
@@ -257,7 +273,7 @@ def main(argv=None) -> dict:
                                                                     else argv),
                  "cpu": cpu_model(), "threads": args.threads, "torch": torch.__version__,
                  "load_average_before": load_before, "load_average_after": os.getloadavg(),
-                 "matmul_size": MATMUL_SIZE, "matmul_flops_per_s_before": matmul,
+                 "matmul_sizes": sizes, "matmul_flops_per_s_before": matmul,
                  "matmul_flops_per_s_after": matmul_after, "repeats": args.repeats},
         "rows": rows, "scaling": scaling,
     }
