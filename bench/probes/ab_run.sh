@@ -4,7 +4,7 @@
 # temperature) lands on both; a table of per-case times and ratios prints last.
 #   usage: AB_BASE=DIR [AB_ROUNDS=2] [AB_SMOKE=0] bash bench/probes/ab_run.sh CASES
 #   DIR: a copy of the baseline's tree (`git archive <commit>`, carried along);
-#   the candidate is this tree. CASES: a `--cases` list of bench_tree_attn.
+#   the candidate is this tree. CASES: a `--cases` list of bench_tree_attn, or @FILE.
 #   Both builds run this tree's bench/, so only the kernels differ. Each build
 #   stays in place in its tree for the commands that follow (tests, sanitizers).
 #   The candidate first runs graph_tests/sanitize_case.py (AB_SMOKE=0 skips it).
@@ -16,6 +16,8 @@ base=$(realpath "${AB_BASE:?AB_BASE names the baseline tree}")
 cd "$(dirname "$0")/../.."  # the candidate's root, wherever this is called from
 cand=$PWD
 cases=${1:?a --cases list}
+# @FILE: one case a line, with # comments (restructure_ab_cases.txt).
+[[ $cases == @* ]] && cases=$(sed 's/#.*//' "${cases#@}" | tr -s ' \n' ' ' | xargs | tr ' ' ',')
 mkdir -p "$base/bench" && cp -r bench/. "$base/bench/"
 build() {
   (cd "$1" && TORCH_CUDA_ARCH_LIST=9.0a VERIFY_OPS_PTXAS_VERBOSE=1 \

@@ -3,6 +3,7 @@ case list (an A/B's, say) reaches every kernel variant. Per case, one line
 of the kernels it ran, then the count of distinct kernels.
 
     python -m bench.probes.kernel_names --cases 1/4096/8/8/1/128/fragmented,...
+    python -m bench.probes.kernel_names --cases @bench/probes/restructure_ab_cases.txt
 """
 
 from __future__ import annotations
@@ -41,6 +42,14 @@ def variant(name: str) -> str | None:
     return f"{match.group(1)}<{','.join(fields)}>"
 
 
+def read_cases(arg: str) -> list[str]:
+    """A comma-separated case list, or @FILE: one case a line, with # comments."""
+    if not arg.startswith("@"):
+        return arg.split(",")
+    with open(arg[1:]) as f:
+        return [line.split("#")[0].strip() for line in f if line.split("#")[0].strip()]
+
+
 def kernels_of_case(text: str) -> list[str]:
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -60,10 +69,10 @@ def kernels_of_case(text: str) -> list[str]:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--cases", required=True, help="comma-separated bench cases")
+    p.add_argument("--cases", required=True, help="comma-separated bench cases, or @FILE")
     p.add_argument("--out", default="", help="JSON of {case: [kernels]}")
     args = p.parse_args()
-    by_case = {case: kernels_of_case(case) for case in args.cases.split(",")}
+    by_case = {case: kernels_of_case(case) for case in read_cases(args.cases)}
     for case, kernels in by_case.items():
         print(f"{case:40s} {' + '.join(kernels)}")
     reached = sorted({k for kernels in by_case.values() for k in kernels})

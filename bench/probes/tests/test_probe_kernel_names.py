@@ -1,6 +1,8 @@
 """The kernel names of bench/probes/kernel_names.py."""
 
-from bench.probes.kernel_names import variant
+from pathlib import Path
+
+from bench.probes.kernel_names import read_cases, variant
 
 
 def test_attention_and_merge_kernels_get_short_names():
@@ -25,3 +27,10 @@ def test_attention_and_merge_kernels_get_short_names():
 def test_other_kernels_are_not_the_ops():
     assert variant("void at::native::vectorized_elementwise_kernel<4, FillFunctor<float>>()") is None
     assert variant("ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_tn") is None
+
+
+def test_the_restructure_case_file_reads_as_the_list_ab_run_gets():
+    cases = read_cases(f"@{Path(__file__).parents[1] / 'restructure_ab_cases.txt'}")
+    assert len(cases) == 25 and len(set(cases)) == 25
+    assert cases[0] == "1/4096/8/8/1/128/fragmented"
+    assert read_cases("a,b") == ["a", "b"]
