@@ -15,9 +15,9 @@ mkdir -p "$OUT"
 base=$(realpath "${AB_BASE:?AB_BASE names the baseline tree}")
 cd "$(dirname "$0")/../.."  # the candidate's root, wherever this is called from
 cand=$PWD
-cases=${1:?a --cases list}
-# @FILE: one case a line, with # comments (restructure_ab_cases.txt).
-[[ $cases == @* ]] && cases=$(sed 's/#.*//' "${cases#@}" | tr -s ' \n' ' ' | xargs | tr ' ' ',')
+# A list as is, or @FILE: one case a line, with # comments (restructure_ab_cases.txt).
+cases=$(python3 -c 'import sys; from bench.probes.kernel_names import read_cases
+print(",".join(read_cases(sys.argv[1])))' "${1:?a --cases list}") || exit 1
 mkdir -p "$base/bench" && cp -r bench/. "$base/bench/"
 build() {
   (cd "$1" && TORCH_CUDA_ARCH_LIST=9.0a VERIFY_OPS_PTXAS_VERBOSE=1 \
