@@ -56,6 +56,29 @@ def test_option(device, name, dtype):
     check(case)
 
 
+# The scales, sinks and LSE alone run the plain mainloop on CUDA (the kTotals
+# option kernels); a window or soft-cap, the full option kernels. The totals
+# on each row tiling (16, 32, 64, 96 and 160 rows per KV head) and, one request
+# on one KV head at 40k, past the few-split merge.
+@pytest.mark.skipif(not verify_ops.has_cuda_kernel(), reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("num_drafts", [2, 4, 8, 12, 20])
+def test_totals_on_every_row_tiling(head_dim, num_drafts):
+    case = make_case([0, 1, 2500], num_drafts, 16, 2, head_dim, device="cuda", tree="random",
+                     kv_scales=True, sinks=True, seed=num_drafts * 10 + head_dim)
+    check(case)
+
+
+@pytest.mark.skipif(not verify_ops.has_cuda_kernel(), reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("extra", [dict(sinks=True), dict(sliding_window=128, sinks=True)],
+                         ids=["totals", "window"])
+def test_options_past_the_few_split_merge(extra):
+    """One request on one KV head at 40k: hundreds of splits without a window;
+    a window's splits cover only its W + D positions."""
+    case = make_case([40_000], 8, 4, 1, 128, device="cuda", tree="random", seed=5, **extra)
+    check(case)
+
+
 @pytest.mark.parametrize("kv_dtype", FP8, ids=["e4m3", "e5m2"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("head_dim", [64, 128])

@@ -42,18 +42,20 @@
 
 namespace verify_ops {
 
-// OPTIONS: the kernel serves the op's options (scales, soft-cap, sinks, the
-// sliding window, LSE output); without, it is the plain kernel, whose code
-// none of them touches.
-// KV: the pool's element type, T or an fp8 type (option kernels only), whose
-// tiles run the fp8 mainloop in fp16 (mainloop_sm80_fp8.cuh).
+// OPTIONS: which of the op's options the kernel serves (params.h); kNone is
+// the plain kernel, whose code none of them touches.
+// KV: the pool's element type, T or an fp8 type (kAll only), whose tiles run
+// the fp8 mainloop in fp16 (mainloop_sm80_fp8.cuh).
 template <typename T, int HEAD_DIM, int KEY_SPLIT, int WARPS, bool CLUSTER_MERGE,
-          bool OPTIONS = false, typename KV = T>
+          OptionSet OPTIONS = OptionSet::kNone, typename KV = T>
 __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThreads,
                                   TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kCtasPerSm)
     tree_attn_kernel(const TreeAttnParams p) {
   constexpr bool kFp8 = sizeof(KV) == 1;
-  static_assert(!kFp8 || (OPTIONS && !CLUSTER_MERGE), "fp8 KV runs the option kernels");
+  constexpr bool kOptions = OPTIONS != OptionSet::kNone;
+  constexpr bool kScoreOptions = OPTIONS == OptionSet::kAll;  // the soft-cap and the window
+  static_assert(!kFp8 || (kScoreOptions && !CLUSTER_MERGE), "fp8 KV runs the kAll kernels");
+  static_assert(!kOptions || !CLUSTER_MERGE, "the option kernels never merge in their cluster");
   using Cfg = TileConfig<HEAD_DIM, KEY_SPLIT, WARPS, sizeof(KV)>;
   // The type of P and of the MMAs' 16-bit operands: fp16 where KV is fp8.
   using MmaT = std::conditional_t<kFp8, __half, T>;
@@ -102,7 +104,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
     }
   }
   // With a window, the splits cover only the positions it reaches.
-  const int64_t seq_start = OPTIONS ? kv_window_start(p, prefix) : 0;
+  const int64_t seq_start = kScoreOptions ? kv_window_start(p, prefix) : 0;
   const int64_t total = prefix + p.num_drafts - seq_start;
   const SplitPlan plan = plan_splits(total, p.num_splits, p.split_min_tokens, kBlockN);
   if (split >= plan.active) {
@@ -177,8 +179,10 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   float scale_log2 = p.scale_log2;
   bool window_split = false;
   int window_shift = 0;
-  if constexpr (OPTIONS) {
+  if constexpr (kOptions) {
     if (p.k_scale) scale_log2 *= *p.k_scale;
+  }
+  if constexpr (kScoreOptions) {
     // A bf16 Q runs the fp8 kernels in fp16 as q * 2^-8 (fp16_q_in_place).
     if constexpr (kFp8 && std::is_same_v<T, __nv_bfloat16>) scale_log2 *= 256.f;
     // Keys from offset window_shift + depth on are in a row's window: the
@@ -233,7 +237,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
   // A tile's softmax: the tree mask where the tile needs it, then the fold.
   auto fold_tile = [&](float (&s)[Traits::kNTiles][4], uint32_t (&p_frag)[Traits::kNTiles / 2][4],
                        int tile) {
-    if constexpr (OPTIONS) {
+    if constexpr (kScoreOptions) {
       // Soft-capped scores are in log2 units already: the fold scales by 1.
       const bool capped = p.logit_cap > 0.f;
       if (capped) soft_cap(s, scale_log2, p);
@@ -256,7 +260,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
         apply_tree_mask<kBlockN>(s, tile, split_prefix, split_tokens, mask_base, row_draft,
                                  row_valid, key0, t4, p);
       return fold_tile_scores<T, Traits::kWgmma>(s, p_frag, tile, masked, row_max, row_sum, o,
-                                                 p.scale_log2);
+                                                 kOptions ? scale_log2 : p.scale_log2);
     }
   };
 
@@ -289,7 +293,7 @@ __global__ void __launch_bounds__(TileConfig<HEAD_DIM, KEY_SPLIT, WARPS>::kThrea
       return;
   }
   if (!warp_active) return;
-  store_rows<T, Cfg, CLUSTER_MERGE, OPTIONS, kFp8>(p, o, row_max, row_sum, layout.kv(),
+  store_rows<T, Cfg, CLUSTER_MERGE, kOptions, kFp8>(p, o, row_max, row_sum, layout.kv(),
                                     plan.active);
 }
 

@@ -10,6 +10,13 @@ namespace verify_ops {
 // The pool's element type, beside q's own.
 enum class KvDtype { kSameAsQ, kFp8E4m3, kFp8E5m2 };
 
+// Which of the op's options a kernel serves. kTotals: the scales, sinks and
+// LSE output, which touch only the prologue and the row totals, so the plain
+// mainloop runs; the soft-cap and the window change every score and cost the
+// other options 7 % when compiled in (sinks and LSE at D16, 64/8/128, 64k,
+// H100): kAll. fp8 KV runs kAll (its own mainloop).
+enum class OptionSet { kNone, kTotals, kAll };
+
 struct TreeAttnParams {
   // Element strides; the last dim of q, k, v and out is contiguous.
   const void* q;
@@ -52,8 +59,8 @@ struct TreeAttnParams {
   int split_min_tokens;  // a split never covers fewer tokens than this
   float scale_log2;      // sm_scale * log2(e), made positive by the host
 
-  // The op's options, read by the option kernels only (OPTIONS = true; the
-  // plain kernels serve calls that use none). Last, so that the plain
+  // The op's options, read by the option kernels only (OptionSet kTotals or
+  // kAll; the plain kernels serve calls that use none). Last, so that the plain
   // kernels' fields keep their offsets.
   const float* k_scale;  // [1] or null (1): scores are scaled by it too
   const float* v_scale;  // [1] or null (1): the output is
