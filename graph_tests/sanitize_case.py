@@ -48,6 +48,9 @@ CASES = [
     ([20_000, 2], 8, 32, 4, 128, dict(ALL_OPTIONS, kv_dtype=torch.float8_e5m2)),  # 64-row fp8
     ([6_000, 0], 16, 8, 2, 256, dict(ALL_OPTIONS, kv_dtype=torch.float8_e4m3fn)),  # fp8 at 256
     ([5_000, 9], 16, 64, 8, 128, dict(logit_cap=20.0, sinks=True)),     # the producer kernel
+    # Scales and sinks alone: the plain mainloop with the option epilogue (kTotals).
+    ([30_000, 1], 16, 8, 1, 128, dict(kv_scales=True, sinks=True)),    # two four-warp tiles
+    ([5_000, 9], 16, 64, 8, 128, dict(sinks=True)),                    # the producer kernel
 ]
 
 
