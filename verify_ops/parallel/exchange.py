@@ -27,7 +27,8 @@ def torch_all_gather(group: Optional[dist.ProcessGroup] = None) -> AllGather:
 
     def all_gather(buffer: torch.Tensor) -> torch.Tensor:
         gathered = buffer.new_empty(world * buffer.numel())
-        dist.all_gather_single(gathered, buffer, group=group)
+        # Into views of one buffer: torch 2.11 (SGLang 0.5.17's) has no all_gather_single.
+        dist.all_gather(list(gathered.chunk(world)), buffer, group=group)
         return gathered
 
     return all_gather
