@@ -71,8 +71,17 @@ class Row:
     notes: list = field(default_factory=list)
 
 
-def _fp8_kv_bytes(shape: Shape, variant: Variant) -> int:
-    return shape.kv_bytes // 2 if variant.kv_dtype != "bf16" else shape.kv_bytes
+def roofline_work(shape: Shape, variant: Variant) -> tuple[int, int]:
+    """(K+V bytes, FLOPs) one layer must move and do: fp8 halves the bytes, and
+    a window reads and multiplies only its W prefix keys and the D drafts."""
+    kv_bytes, flops = shape.kv_bytes, shape.flops
+    if variant.kv_dtype != "bf16":
+        kv_bytes //= 2
+    window = variant.option_dict().get("sliding_window")
+    if window is not None:
+        keys, seen = shape.seq_len + shape.num_drafts, min(shape.seq_len, window) + shape.num_drafts
+        kv_bytes, flops = kv_bytes * seen // keys, flops * seen // keys
+    return kv_bytes, flops
 
 
 def layer_calls(w: Workload, variant: Variant):
@@ -133,12 +142,8 @@ def time_variant(shape: Shape, variant: Variant, copy_rate: float, matmul_rate: 
     us = time_per_layer_us(calls)
     del calls, w
     torch.cuda.empty_cache()
-    kv_bytes = _fp8_kv_bytes(shape, variant)
-    window = variant.option_dict().get("sliding_window")
-    if window is not None:  # only the window's keys are read
-        tokens = min(shape.seq_len, window) + shape.num_drafts
-        kv_bytes = kv_bytes * tokens // (shape.seq_len + shape.num_drafts)
-    roofline = max(kv_bytes / copy_rate, shape.flops / matmul_rate) * 1e6
+    kv_bytes, flops = roofline_work(shape, variant)
+    roofline = max(kv_bytes / copy_rate, flops / matmul_rate) * 1e6
     notes = [] if err < TOLERANCE else [f"relative error {err:.3g} >= {TOLERANCE}"]
     return Row(group, shape.label(), variant.name, us, kv_bytes, roofline, err, notes=notes)
 
