@@ -45,7 +45,7 @@ fi
 if [ -n "${EXTRA:-}" ]; then step extra 400 bash -c "$EXTRA"; fi
 echo "=== gpu ==="; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 echo "=== pytest failures ==="; grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -20
-echo "=== sanitizer ==="; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|relative error" "$OUT"/*check.log
+echo "=== sanitizer ==="; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^relative error" "$OUT"/*check.log
 echo "=== ptxas ==="; grep -A2 "tree_attn_kernel" "$OUT/build.log" | grep -E "registers|spill" | sort | uniq -c | head
 echo "=== bench ==="; tail -n 60 "$OUT/bench.log" 2>/dev/null
 echo "=== sglang backend bench ==="; tail -n 12 "$OUT/sglang_bench.log" 2>/dev/null
