@@ -231,8 +231,8 @@ def moe_gemm_ref(a, weights, expert_ids, a_per_pair):
 
 if triton is not None:
     @triton.jit
-    def _moe_gemm_kernel(a_ptr, w_ptr, c_ptr, sorted_ptr, offsets_ptr, N, K, stride_a,
-                         stride_we, stride_wn, stride_c, TOP_K: tl.constexpr,
+    def _moe_gemm_kernel(a_ptr, w_ptr, c_ptr, sorted_ptr, offsets_ptr, N, K: tl.constexpr,
+                         stride_a, stride_we, stride_wn, stride_c, TOP_K: tl.constexpr,
                          A_PER_PAIR: tl.constexpr, BLOCK_M: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IEEE: tl.constexpr):
         # Program (expert, column block): its pairs' rows times its weight block. An
@@ -243,7 +243,11 @@ if triton is not None:
         cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         col_ok = cols < N
         w_base = w_ptr + e.to(tl.int64) * stride_we
-        for m0 in range(start, end, BLOCK_M):
+        # Loop bounds that are not tensors (a while, a constexpr K): Triton 3.6's
+        # interpreter (the H200 box's) cannot range() over a loaded value or a
+        # scalar argument under NumPy 2.4 (triton-lang/triton#9171).
+        m0 = start
+        while m0 < end:
             r = m0 + tl.arange(0, BLOCK_M)
             row_ok = r < end
             pair = tl.load(sorted_ptr + r, mask=row_ok, other=0).to(tl.int64)
@@ -262,6 +266,7 @@ if triton is not None:
                     acc = tl.dot(a, w, acc)
             tl.store(c_ptr + pair[:, None] * stride_c + cols[None, :],
                      acc.to(c_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+            m0 += BLOCK_M
 
 
 def moe_gemm(a, weights, out, sorted_pairs, offsets, top_k, a_per_pair, block_m=16):
