@@ -53,6 +53,8 @@ from live_server import LiveServer, ServerLog, SpecConfig  # noqa: E402
 from tiny_gemma2 import SLIDING_WINDOW, build_tiny_gemma2  # noqa: E402
 from tiny_llama import MAX_POSITIONS, build_tiny_models  # noqa: E402
 
+from tests.support.interpreter import interpreter_unusable_reason  # noqa: E402
+
 # Different first tokens, so the radix cache shares nothing between them.
 PROMPTS = ("def main(args):", "import os\nimport sys\n", "class Parser:")
 NEW_TOKENS = 24
@@ -104,6 +106,14 @@ class Served:
     output_ids: list[list[int]]
     rounds: list[Rounds]
     log: ServerLog
+
+
+@pytest.fixture(scope="module", autouse=True)
+def usable_interpreter():
+    """The servers run SGLang's Triton kernels interpreted, on the CPU."""
+    reason = interpreter_unusable_reason()
+    if reason:
+        pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
