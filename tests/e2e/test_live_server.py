@@ -20,6 +20,11 @@ prompts greedily, and over HTTP we check:
   ``num_steps + 1``;
 - with ``VERIFY_OPS_DEFRAG=2`` in a tight KV pool, live relocation moves a
   request mid-generation and the outputs stay the same;
+- on a paged pool (``--page-size 16``), a tree gives Hugging Face's greedy
+  continuation: the plugin lets SGLang pair trees with pages on this backend;
+- with an fp8 KV cache (``--kv-cache-dtype fp8_e4m3``), a chain gives the greedy
+  continuation of a Hugging Face model that reads K/V as SGLang's fp8 pool
+  holds them (``Fp8KvGreedyModel``), which differs from the exact one;
 - a tiny Gemma-2 (``tiny_gemma2``: a sliding window of 8 on layer 0, an
   attention soft-cap on both layers) served as a STANDALONE tree gives Hugging
   Face's greedy continuation, which the window and the cap each change. Every
@@ -43,6 +48,7 @@ for _module in ("sglang", "transformers", "tokenizers", "safetensors"):
     pytest.importorskip(_module, reason=f"the live-server test needs {_module}")
 
 from greedy_reference import (  # noqa: E402
+    Fp8KvGreedyModel,
     GreedyModel,
     Rounds,
     chain_rounds,
@@ -77,10 +83,20 @@ class Case:
     env: dict = field(default_factory=dict)
     max_total_tokens: int = 4096
     server_args: tuple[str, ...] = ()
+    kv_cache_dtype: str = "auto"  # or "fp8_e4m3": its reference reads K/V as the pool holds them
+    page_size: int = 1
 
     @property
     def name(self) -> str:
-        return f"{self.model}-{self.spec.name}"
+        name = f"{self.model}-{self.spec.name}"
+        if self.kv_cache_dtype != "auto":
+            name += f"-{self.kv_cache_dtype}"
+        return name if self.page_size == 1 else f"{name}-page{self.page_size}"
+
+    @property
+    def all_server_args(self) -> tuple[str, ...]:
+        return (*self.server_args, "--kv-cache-dtype", self.kv_cache_dtype,
+                "--page-size", str(self.page_size))
 
     @property
     def relocates(self) -> bool:
@@ -95,8 +111,11 @@ EAGLE_CHAIN = Case(SpecConfig("EAGLE", **CHAIN))
 EAGLE_TREE = Case(SpecConfig("EAGLE", **TREE))
 WINDOWED_TREE = Case(SpecConfig("STANDALONE", **TREE), model="gemma2",
                      backends=("verify_ops",))
+PAGED_TREE = Case(SpecConfig("STANDALONE", **TREE), backends=("verify_ops",), page_size=16)
+FP8_KV_CHAIN = Case(SpecConfig("STANDALONE", **CHAIN), backends=("verify_ops",),
+                    kv_cache_dtype="fp8_e4m3")
 CASES = {case.name: case for case in (STANDALONE_CHAIN, STANDALONE_TREE, EAGLE_CHAIN,
-                                      EAGLE_TREE, WINDOWED_TREE)}
+                                      EAGLE_TREE, WINDOWED_TREE, PAGED_TREE, FP8_KV_CHAIN)}
 SERVERS = [(name, backend) for name, case in CASES.items() for backend in case.backends]
 
 
@@ -136,13 +155,15 @@ def prompts(checkpoints) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def reference(checkpoints):
-    """``reference(model)``: that target's Hugging Face greedy model (loaded once)."""
-    loaded: dict[str, GreedyModel] = {}
+    """``reference(model, kv_cache_dtype)``: that target's Hugging Face greedy
+    model (loaded once), as it runs on a pool of that KV dtype."""
+    loaded: dict[tuple[str, str], GreedyModel] = {}
 
-    def get(model: str) -> GreedyModel:
-        if model not in loaded:
-            loaded[model] = GreedyModel(checkpoints[model])
-        return loaded[model]
+    def get(model: str, kv_cache_dtype: str = "auto") -> GreedyModel:
+        if (model, kv_cache_dtype) not in loaded:
+            model_class = {"auto": GreedyModel, "fp8_e4m3": Fp8KvGreedyModel}[kv_cache_dtype]
+            loaded[model, kv_cache_dtype] = model_class(checkpoints[model])
+        return loaded[model, kv_cache_dtype]
 
     return get
 
@@ -178,7 +199,7 @@ def serve(checkpoints, prompts, tmp_path_factory):
         with LiveServer(model=model, draft=draft, spec=case.spec, backend=backend,
                         log_path=log_path, env=case.env,
                         max_total_tokens=case.max_total_tokens,
-                        extra_args=case.server_args) as server:
+                        extra_args=case.all_server_args) as server:
             try:
                 results = server.generate(prompts, NEW_TOKENS)
             except Exception as error:
@@ -192,7 +213,8 @@ def serve(checkpoints, prompts, tmp_path_factory):
 
 @pytest.mark.parametrize("name, backend", SERVERS)
 def test_outputs_are_greedy(serve, reference, prompts, name, backend):
-    served, model = serve(name, backend), reference(CASES[name].model)
+    case = CASES[name]
+    served, model = serve(name, backend), reference(case.model, case.kv_cache_dtype)
     expected = [model.continuation(p, NEW_TOKENS) for p in prompts]
     assert served.output_ids == expected
 
@@ -256,3 +278,10 @@ def test_windowed_model_needs_its_features(reference, checkpoints, prompts, feat
     without = GreedyModel(checkpoints["gemma2"], **feature_off)
     assert any(without.continuation(p, NEW_TOKENS) != reference("gemma2").continuation(
         p, NEW_TOKENS) for p in prompts)
+
+
+def test_fp8_kv_reference_differs_from_the_exact_one(reference, prompts):
+    """The fp8 case can fail: rounding K/V to e4m3 changes the greedy continuation."""
+    exact, rounded = reference("llama"), reference("llama", FP8_KV_CHAIN.kv_cache_dtype)
+    assert any(rounded.continuation(p, NEW_TOKENS) != exact.continuation(p, NEW_TOKENS)
+               for p in prompts)
