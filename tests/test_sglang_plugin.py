@@ -99,3 +99,26 @@ def test_register_lets_tree_drafts_run_on_paged_pools():
     (allowed,) = allowed_lists()
     assert set(allowed) == {"flashinfer", "fa3", "triton", "verify_ops"}
     assert len(allowed) == 4
+
+
+def test_register_lets_gpt_oss_run_on_the_backend():
+    """SGLang asserts gpt-oss's attention backends against a tuple local to its
+    model-specific handler; register() adds the backend there, once."""
+    from sglang.srt.server_args import ServerArgs
+
+    from verify_ops.sglang import plugin
+
+    try:
+        from sglang.srt.arg_groups.model_hook import handle_model_specific_adjustments as handler
+    except ImportError:  # SGLang 0.5.17: a ServerArgs method
+        handler = ServerArgs._handle_model_specific_adjustments
+
+    def gpt_oss_lists():
+        return [c for c in handler.__code__.co_consts if isinstance(c, tuple)
+                and frozenset(c) - {"verify_ops"} == plugin.GPT_OSS_BACKENDS]
+
+    assert len(gpt_oss_lists()) == 1, "SGLang's gpt-oss check changed: revisit allow_gpt_oss"
+    plugin.register()
+    plugin.register()
+    (allowed,) = gpt_oss_lists()
+    assert allowed.count("verify_ops") == 1 and len(allowed) == len(plugin.GPT_OSS_BACKENDS) + 1

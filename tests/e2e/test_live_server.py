@@ -33,6 +33,11 @@ prompts greedily, and over HTTP we check:
   SGLang 0.5.23's Triton extend kernel windows a draft by its flattened index
   in the tree (``q_id = prefix_len + m``), not its depth, and its tree outputs
   for this model are not greedy.
+- a tiny gpt-oss (``tiny_gpt_oss``: SGLang's own ``GptOssForCausalLM``, a window
+  of 8 on layer 0, attention sinks on both layers, head_dim 64, a 4-expert MoE)
+  served as a STANDALONE tree gives Hugging Face's greedy continuation, which
+  the window and the sinks each change. SGLang accepts the backend for gpt-oss
+  because the plugin adds it to SGLang's list for that model.
 
 Servers start one at a time and stop as soon as their prompts are answered.
 """
@@ -43,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import torch
 
 for _module in ("sglang", "transformers", "tokenizers", "safetensors"):
     pytest.importorskip(_module, reason=f"the live-server test needs {_module}")
@@ -57,6 +63,7 @@ from greedy_reference import (  # noqa: E402
 )
 from live_server import LiveServer, ServerLog, SpecConfig  # noqa: E402
 from tiny_gemma2 import SLIDING_WINDOW, build_tiny_gemma2  # noqa: E402
+from tiny_gpt_oss import SERVER_ARGS as GPT_OSS_SERVER_ARGS, build_tiny_gpt_oss  # noqa: E402
 from tiny_llama import MAX_POSITIONS, build_tiny_models  # noqa: E402
 
 from tests.support.interpreter import interpreter_unusable_reason  # noqa: E402
@@ -114,8 +121,11 @@ WINDOWED_TREE = Case(SpecConfig("STANDALONE", **TREE), model="gemma2",
 PAGED_TREE = Case(SpecConfig("STANDALONE", **TREE), backends=("verify_ops",), page_size=16)
 FP8_KV_CHAIN = Case(SpecConfig("STANDALONE", **CHAIN), backends=("verify_ops",),
                     kv_cache_dtype="fp8_e4m3")
+GPT_OSS_TREE = Case(SpecConfig("STANDALONE", **TREE), model="gpt-oss", backends=("verify_ops",),
+                    server_args=GPT_OSS_SERVER_ARGS)
 CASES = {case.name: case for case in (STANDALONE_CHAIN, STANDALONE_TREE, EAGLE_CHAIN,
-                                      EAGLE_TREE, WINDOWED_TREE, PAGED_TREE, FP8_KV_CHAIN)}
+                                      EAGLE_TREE, WINDOWED_TREE, PAGED_TREE, FP8_KV_CHAIN,
+                                      GPT_OSS_TREE)}
 SERVERS = [(name, backend) for name, case in CASES.items() for backend in case.backends]
 
 
@@ -137,12 +147,12 @@ def usable_interpreter():
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> dict[str, Path]:
-    """The checkpoint folders by name: the targets ``llama`` and ``gemma2``, and
-    ``llama-eagle``, the Llama's EAGLE head."""
+    """The checkpoint folders by name: the targets ``llama``, ``gemma2`` and
+    ``gpt-oss``, and ``llama-eagle``, the Llama's EAGLE head."""
     root = tmp_path_factory.mktemp("tiny-models")
     llama = build_tiny_models(root)
     return {"llama": llama.target, "llama-eagle": llama.eagle,
-            "gemma2": build_tiny_gemma2(root)}
+            "gemma2": build_tiny_gemma2(root), "gpt-oss": build_tiny_gpt_oss(root)}
 
 
 @pytest.fixture(scope="module")
@@ -277,6 +287,25 @@ def test_windowed_model_needs_its_features(reference, checkpoints, prompts, feat
     assert max(len(p) for p in prompts) > SLIDING_WINDOW
     without = GreedyModel(checkpoints["gemma2"], **feature_off)
     assert any(without.continuation(p, NEW_TOKENS) != reference("gemma2").continuation(
+        p, NEW_TOKENS) for p in prompts)
+
+
+def _without_sinks(checkpoint: Path) -> GreedyModel:
+    model = GreedyModel(checkpoint)
+    with torch.no_grad():
+        for layer in model.model.model.layers:
+            layer.self_attn.sinks.fill_(float("-inf"))  # exp(-inf): nothing in the denominator
+    return model
+
+
+@pytest.mark.parametrize("feature_off", ["window", "sinks"])
+def test_gpt_oss_needs_its_window_and_sinks(reference, checkpoints, prompts, feature_off):
+    """The gpt-oss case can fail: without its window (or its sinks) the greedy
+    continuation differs."""
+    checkpoint = checkpoints["gpt-oss"]
+    without = (GreedyModel(checkpoint, sliding_window=MAX_POSITIONS) if feature_off == "window"
+               else _without_sinks(checkpoint))
+    assert any(without.continuation(p, NEW_TOKENS) != reference("gpt-oss").continuation(
         p, NEW_TOKENS) for p in prompts)
 
 

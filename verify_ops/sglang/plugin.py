@@ -23,37 +23,62 @@ def register() -> None:
         add_attention_backend_choices([BACKEND_NAME])
     attention_registry.register_attention_backend(BACKEND_NAME)(create_backend)
     allow_paged_tree_drafts()
+    allow_gpt_oss()
     defrag.install()
 
 
+def _admit_backend(function, backends: frozenset) -> bool:
+    """Add the backend to the tuple constant of ``function`` that lists exactly
+    ``backends``: SGLang's argument checks compare against such tuples, local to
+    their functions, so the function gets a copy of its code with the wider
+    tuple. Returns whether the backend is in that tuple now; a function
+    without it (an SGLang that changed the check) is left as it is."""
+    code = function.__code__
+    consts = tuple(
+        const + (BACKEND_NAME,) if isinstance(const, tuple) and frozenset(const) == backends
+        else const for const in code.co_consts)
+    if consts != code.co_consts:
+        function.__code__ = code.replace(co_consts=consts)
+    return any(isinstance(const, tuple) and BACKEND_NAME in const
+               and frozenset(const) - {BACKEND_NAME} == backends
+               for const in function.__code__.co_consts)
+
+
 # SGLang's EAGLE argument handler allows --speculative-eagle-topk > 1 with
-# --page-size > 1 only for the backends in a tuple local to it.
-_PAGED_TREE_BACKENDS = {"flashinfer", "fa3", "triton"}
+# --page-size > 1 only for these backends.
+PAGED_TREE_BACKENDS = frozenset({"flashinfer", "fa3", "triton"})
+# SGLang serves GptOssForCausalLM (sliding windows, sinks) only on these.
+GPT_OSS_BACKENDS = frozenset({"triton", "trtllm_mha", "fa3", "fa4", "ascend", "intel_amx",
+                              "intel_xpu", "aiter"})
 
 
 def allow_paged_tree_drafts() -> bool:
-    """Add the backend to the tuple of backends SGLang lets run tree drafts
-    (topk > 1) on paged pools. It needs that list for the draft decode's
-    per-branch pages, which stays Triton's (``--speculative-draft-attention-backend
-    triton``); the verify op reads per-token slots, whatever the page size.
-    The tuple is a constant of the handler's code, so the handler gets a copy
-    of its code with the wider tuple. Returns whether the tuple is there now;
-    an SGLang without that check (or that changed it) is left as it is."""
+    """Let SGLang run tree drafts (topk > 1) on paged pools with this backend.
+    SGLang needs the list for the draft decode's per-branch pages, which stays
+    Triton's (``--speculative-draft-attention-backend triton``); the verify op
+    reads per-token slots, whatever the page size."""
     try:
         from sglang.srt.arg_groups import speculative_hook
     except ImportError:
         return False
     handler = getattr(speculative_hook, "_handle_eagle_family", None)
-    if handler is None:
-        return False
-    code = handler.__code__
-    consts = tuple(
-        const + (BACKEND_NAME,) if (isinstance(const, tuple) and set(const) == _PAGED_TREE_BACKENDS)
-        else const for const in code.co_consts)
-    if consts != code.co_consts:
-        handler.__code__ = code.replace(co_consts=consts)
-    return any(isinstance(const, tuple) and BACKEND_NAME in const
-               for const in handler.__code__.co_consts)
+    return handler is not None and _admit_backend(handler, PAGED_TREE_BACKENDS)
+
+
+def allow_gpt_oss() -> bool:
+    """Let SGLang serve gpt-oss on this backend: its prefill and decode are
+    Triton's, which is on gpt-oss's list, and the verify op applies the model's
+    windows and sinks. The check is in ``model_hook`` (SGLang 0.5.23) or a
+    ServerArgs method (0.5.17)."""
+    handlers = []
+    try:
+        from sglang.srt.arg_groups import model_hook
+        handlers.append(getattr(model_hook, "handle_model_specific_adjustments", None))
+    except ImportError:
+        pass
+    from sglang.srt.server_args import ServerArgs
+    handlers.append(getattr(ServerArgs, "_handle_model_specific_adjustments", None))
+    return any([_admit_backend(h, GPT_OSS_BACKENDS) for h in handlers if h is not None])
 
 
 def create_backend(runner):
