@@ -12,8 +12,9 @@ from .config import BACKEND_NAME
 
 
 def register() -> None:
-    """Add the backend choice and its factory, and the defrag hooks (``defrag.py``);
-    safe to call any number of times."""
+    """Add the backend choice and its factory, the backend to SGLang's lists of
+    backends allowed for paged trees and for gpt-oss, and the defrag hooks
+    (``defrag.py``); safe to call any number of times."""
     from sglang.srt.layers.attention import attention_registry
     from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES, add_attention_backend_choices
 
@@ -78,7 +79,8 @@ def allow_gpt_oss() -> bool:
         pass
     from sglang.srt.server_args import ServerArgs
     handlers.append(getattr(ServerArgs, "_handle_model_specific_adjustments", None))
-    return any([_admit_backend(h, GPT_OSS_BACKENDS) for h in handlers if h is not None])
+    admitted = [_admit_backend(h, GPT_OSS_BACKENDS) for h in handlers if h is not None]
+    return any(admitted)
 
 
 def create_backend(runner):
