@@ -46,33 +46,36 @@ class GreedyModel:
 
 
 class Fp8KvGreedyModel(GreedyModel):
-    """The target as SGLang serves it with ``--kv-cache-dtype fp8_e4m3`` and no
-    KV scales in the checkpoint (scale 1): the pool holds K and V rounded to
-    e4m3. The prefill attends to the prompt's exact K/V (Triton's extend kernel
-    takes new tokens' K/V before the pool); every later token is scored by
-    TARGET_VERIFY, whose op reads all K/V, its own included, from the pool.
-    So the prompt's rows attend to exact K/V and every later row to rounded
-    K/V, at every layer."""
+    """The target as SGLang serves it with ``--kv-cache-dtype fp8_e4m3`` or
+    ``fp8_e5m2`` and no KV scales in the checkpoint (scale 1): the pool holds K
+    and V rounded to that format. The prefill attends to the prompt's exact
+    K/V (Triton's extend kernel takes new tokens' K/V before the pool); every
+    later token is scored by TARGET_VERIFY, whose op reads all K/V, its own
+    included, from the pool. So the prompt's rows attend to exact K/V and every
+    later row to rounded K/V, at every layer."""
 
-    ATTENTION = "fp8_e4m3_kv_after_prompt"
+    DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, kv_cache_dtype: str):
         from transformers import AttentionInterface, AutoModelForCausalLM
         from transformers.masking_utils import AttentionMaskInterface, eager_mask
         from transformers.models.llama.modeling_llama import eager_attention_forward
 
+        pool_dtype = self.DTYPES[kv_cache_dtype]
+
         def attention(module, query, key, value, attention_mask, prompt_rows, **kwargs):
             exact, _ = eager_attention_forward(module, query, key, value, attention_mask, **kwargs)
-            rounded = [t.to(torch.float8_e4m3fn).to(t.dtype) for t in (key, value)]
+            rounded = [t.to(pool_dtype).to(t.dtype) for t in (key, value)]
             out, weights = eager_attention_forward(module, query, *rounded, attention_mask,
                                                    **kwargs)
             out[:, :prompt_rows] = exact[:, :prompt_rows]  # [batch, rows, heads, head_dim]
             return out, weights
 
-        AttentionInterface.register(self.ATTENTION, attention)
-        AttentionMaskInterface.register(self.ATTENTION, eager_mask)  # causal, as eager's
+        name = f"{kv_cache_dtype}_kv_after_prompt"
+        AttentionInterface.register(name, attention)
+        AttentionMaskInterface.register(name, eager_mask)  # causal, as eager's
         self.model = AutoModelForCausalLM.from_pretrained(
-            path, attn_implementation=self.ATTENTION).float().eval()
+            path, attn_implementation=name).float().eval()
         self.next_token_after_prompt = lru_cache(maxsize=None)(self._next_token_after_prompt)
 
     def _next_token_after_prompt(self, context: tuple[int, ...], prompt_len: int) -> int:

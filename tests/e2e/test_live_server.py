@@ -22,9 +22,10 @@ prompts greedily, and over HTTP we check:
   request mid-generation and the outputs stay the same;
 - on a paged pool (``--page-size 16``), a tree gives Hugging Face's greedy
   continuation: the plugin lets SGLang pair trees with pages on this backend;
-- with an fp8 KV cache (``--kv-cache-dtype fp8_e4m3``), a chain gives the greedy
-  continuation of a Hugging Face model that reads K/V as SGLang's fp8 pool
-  holds them (``Fp8KvGreedyModel``), which differs from the exact one;
+- with an fp8 KV cache (``--kv-cache-dtype fp8_e4m3``: a chain; ``fp8_e5m2``: a
+  tree on 64-token pages), the output is the greedy continuation of a Hugging
+  Face model that reads K/V as SGLang's fp8 pool holds them
+  (``Fp8KvGreedyModel``), which differs from the exact one;
 - a tiny Gemma-2 (``tiny_gemma2``: a sliding window of 8 on layer 0, an
   attention soft-cap on both layers) served as a STANDALONE tree gives Hugging
   Face's greedy continuation, which the window and the cap each change. Every
@@ -90,7 +91,7 @@ class Case:
     env: dict = field(default_factory=dict)
     max_total_tokens: int = 4096
     server_args: tuple[str, ...] = ()
-    kv_cache_dtype: str = "auto"  # or "fp8_e4m3": its reference reads K/V as the pool holds them
+    kv_cache_dtype: str = "auto"  # or fp8: its reference reads K/V as the pool holds them
     page_size: int = 1
 
     @property
@@ -121,11 +122,13 @@ WINDOWED_TREE = Case(SpecConfig("STANDALONE", **TREE), model="gemma2",
 PAGED_TREE = Case(SpecConfig("STANDALONE", **TREE), backends=("verify_ops",), page_size=16)
 FP8_KV_CHAIN = Case(SpecConfig("STANDALONE", **CHAIN), backends=("verify_ops",),
                     kv_cache_dtype="fp8_e4m3")
+FP8_KV_PAGED_TREE = Case(SpecConfig("STANDALONE", **TREE), backends=("verify_ops",),
+                         kv_cache_dtype="fp8_e5m2", page_size=64)
 GPT_OSS_TREE = Case(SpecConfig("STANDALONE", **TREE), model="gpt-oss", backends=("verify_ops",),
                     server_args=GPT_OSS_SERVER_ARGS)
 CASES = {case.name: case for case in (STANDALONE_CHAIN, STANDALONE_TREE, EAGLE_CHAIN,
                                       EAGLE_TREE, WINDOWED_TREE, PAGED_TREE, FP8_KV_CHAIN,
-                                      GPT_OSS_TREE)}
+                                      FP8_KV_PAGED_TREE, GPT_OSS_TREE)}
 SERVERS = [(name, backend) for name, case in CASES.items() for backend in case.backends]
 
 
@@ -171,8 +174,9 @@ def reference(checkpoints):
 
     def get(model: str, kv_cache_dtype: str = "auto") -> GreedyModel:
         if (model, kv_cache_dtype) not in loaded:
-            model_class = {"auto": GreedyModel, "fp8_e4m3": Fp8KvGreedyModel}[kv_cache_dtype]
-            loaded[model, kv_cache_dtype] = model_class(checkpoints[model])
+            loaded[model, kv_cache_dtype] = (
+                GreedyModel(checkpoints[model]) if kv_cache_dtype == "auto"
+                else Fp8KvGreedyModel(checkpoints[model], kv_cache_dtype))
         return loaded[model, kv_cache_dtype]
 
     return get
@@ -309,8 +313,9 @@ def test_gpt_oss_needs_its_window_and_sinks(reference, checkpoints, prompts, fea
         p, NEW_TOKENS) for p in prompts)
 
 
-def test_fp8_kv_reference_differs_from_the_exact_one(reference, prompts):
-    """The fp8 case can fail: rounding K/V to e4m3 changes the greedy continuation."""
-    exact, rounded = reference("llama"), reference("llama", FP8_KV_CHAIN.kv_cache_dtype)
+@pytest.mark.parametrize("kv_cache_dtype", sorted(Fp8KvGreedyModel.DTYPES))
+def test_fp8_kv_reference_differs_from_the_exact_one(reference, prompts, kv_cache_dtype):
+    """The fp8 cases can fail: rounding K/V to fp8 changes the greedy continuation."""
+    exact, rounded = reference("llama"), reference("llama", kv_cache_dtype)
     assert any(rounded.continuation(p, NEW_TOKENS) != exact.continuation(p, NEW_TOKENS)
                for p in prompts)
