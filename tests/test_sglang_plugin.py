@@ -101,8 +101,9 @@ def test_register_lets_tree_drafts_run_on_paged_pools():
     assert len(allowed) == 4
 
 
-def test_register_lets_gpt_oss_run_on_the_backend():
-    """SGLang asserts gpt-oss's attention backends against a tuple local to its
+@pytest.mark.parametrize("model", ["GptOssForCausalLM", "Exaone4ForCausalLM"])
+def test_register_lets_windowed_models_run_on_the_backend(model):
+    """SGLang asserts some models' attention backends against a tuple local to its
     model-specific handler; register() adds the backend there, once."""
     from sglang.srt.server_args import ServerArgs
 
@@ -112,13 +113,15 @@ def test_register_lets_gpt_oss_run_on_the_backend():
         from sglang.srt.arg_groups.model_hook import handle_model_specific_adjustments as handler
     except ImportError:  # SGLang 0.5.17: a ServerArgs method
         handler = ServerArgs._handle_model_specific_adjustments
+    backends = plugin.MODEL_BACKEND_LISTS[model]
 
-    def gpt_oss_lists():
+    def model_lists():
         return [c for c in handler.__code__.co_consts if isinstance(c, tuple)
-                and frozenset(c) - {"verify_ops"} == plugin.GPT_OSS_BACKENDS]
+                and frozenset(c) - {"verify_ops"} == backends]
 
-    assert len(gpt_oss_lists()) == 1, "SGLang's gpt-oss check changed: revisit allow_gpt_oss"
+    assert len(model_lists()) == 1, f"SGLang's {model} check changed: revisit its list"
     plugin.register()
     plugin.register()
-    (allowed,) = gpt_oss_lists()
-    assert allowed.count("verify_ops") == 1 and len(allowed) == len(plugin.GPT_OSS_BACKENDS) + 1
+    (allowed,) = model_lists()
+    assert allowed.count("verify_ops") == 1 and len(allowed) == len(backends) + 1
+    assert plugin.allow_windowed_models()[model]

@@ -38,7 +38,10 @@ prompts greedily, and over HTTP we check:
   of 8 on layer 0, attention sinks on both layers, head_dim 64, a 4-expert MoE)
   served as a STANDALONE tree gives Hugging Face's greedy continuation, which
   the window and the sinks each change. SGLang accepts the backend for gpt-oss
-  because the plugin adds it to SGLang's list for that model.
+  because the plugin adds it to SGLang's list for that model;
+- a tiny Exaone 4 (``tiny_exaone4``: a window of 8 on layer 0, a global NoPE
+  layer, q/k norms), accepted the same way, served as a STANDALONE tree gives
+  Hugging Face's greedy continuation, which the window changes.
 
 Servers start one at a time and stop as soon as their prompts are answered.
 """
@@ -64,6 +67,7 @@ from greedy_reference import (  # noqa: E402
 )
 from live_server import LiveServer, ServerLog, SpecConfig  # noqa: E402
 from tiny_gemma2 import SLIDING_WINDOW, build_tiny_gemma2  # noqa: E402
+from tiny_exaone4 import build_tiny_exaone4  # noqa: E402
 from tiny_gpt_oss import SERVER_ARGS as GPT_OSS_SERVER_ARGS, build_tiny_gpt_oss  # noqa: E402
 from tiny_llama import MAX_POSITIONS, build_tiny_models  # noqa: E402
 
@@ -126,9 +130,10 @@ FP8_KV_PAGED_TREE = Case(SpecConfig("STANDALONE", **TREE), backends=("verify_ops
                          kv_cache_dtype="fp8_e5m2", page_size=64)
 GPT_OSS_TREE = Case(SpecConfig("STANDALONE", **TREE), model="gpt-oss", backends=("verify_ops",),
                     server_args=GPT_OSS_SERVER_ARGS)
+EXAONE4_TREE = Case(SpecConfig("STANDALONE", **TREE), model="exaone4", backends=("verify_ops",))
 CASES = {case.name: case for case in (STANDALONE_CHAIN, STANDALONE_TREE, EAGLE_CHAIN,
                                       EAGLE_TREE, WINDOWED_TREE, PAGED_TREE, FP8_KV_CHAIN,
-                                      FP8_KV_PAGED_TREE, GPT_OSS_TREE)}
+                                      FP8_KV_PAGED_TREE, GPT_OSS_TREE, EXAONE4_TREE)}
 SERVERS = [(name, backend) for name, case in CASES.items() for backend in case.backends]
 
 
@@ -150,12 +155,13 @@ def usable_interpreter():
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> dict[str, Path]:
-    """The checkpoint folders by name: the targets ``llama``, ``gemma2`` and
-    ``gpt-oss``, and ``llama-eagle``, the Llama's EAGLE head."""
+    """The checkpoint folders by name: the targets ``llama``, ``gemma2``,
+    ``gpt-oss`` and ``exaone4``, and ``llama-eagle``, the Llama's EAGLE head."""
     root = tmp_path_factory.mktemp("tiny-models")
     llama = build_tiny_models(root)
     return {"llama": llama.target, "llama-eagle": llama.eagle,
-            "gemma2": build_tiny_gemma2(root), "gpt-oss": build_tiny_gpt_oss(root)}
+            "gemma2": build_tiny_gemma2(root), "gpt-oss": build_tiny_gpt_oss(root),
+            "exaone4": build_tiny_exaone4(root)}
 
 
 @pytest.fixture(scope="module")
@@ -310,6 +316,13 @@ def test_gpt_oss_needs_its_window_and_sinks(reference, checkpoints, prompts, fea
     without = (GreedyModel(checkpoint, sliding_window=MAX_POSITIONS) if feature_off == "window"
                else _without_sinks(checkpoint))
     assert any(without.continuation(p, NEW_TOKENS) != reference("gpt-oss").continuation(
+        p, NEW_TOKENS) for p in prompts)
+
+
+def test_exaone4_needs_its_window(reference, checkpoints, prompts):
+    """The Exaone 4 case can fail: without its window the greedy continuation differs."""
+    without = GreedyModel(checkpoints["exaone4"], sliding_window=MAX_POSITIONS)
+    assert any(without.continuation(p, NEW_TOKENS) != reference("exaone4").continuation(
         p, NEW_TOKENS) for p in prompts)
 
 

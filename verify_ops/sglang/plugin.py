@@ -13,8 +13,9 @@ from .config import BACKEND_NAME
 
 def register() -> None:
     """Add the backend choice and its factory, the backend to SGLang's lists of
-    backends allowed for paged trees and for gpt-oss, and the defrag hooks
-    (``defrag.py``); safe to call any number of times."""
+    backends allowed for paged trees and for the windowed models (gpt-oss,
+    Exaone 4), and the defrag hooks (``defrag.py``); safe to call any number of
+    times."""
     from sglang.srt.layers.attention import attention_registry
     from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES, add_attention_backend_choices
 
@@ -24,7 +25,7 @@ def register() -> None:
         add_attention_backend_choices([BACKEND_NAME])
     attention_registry.register_attention_backend(BACKEND_NAME)(create_backend)
     allow_paged_tree_drafts()
-    allow_gpt_oss()
+    allow_windowed_models()
     defrag.install()
 
 
@@ -48,9 +49,14 @@ def _admit_backend(function, backends: frozenset) -> bool:
 # SGLang's EAGLE argument handler allows --speculative-eagle-topk > 1 with
 # --page-size > 1 only for these backends.
 PAGED_TREE_BACKENDS = frozenset({"flashinfer", "fa3", "triton"})
-# SGLang serves GptOssForCausalLM (sliding windows, sinks) only on these.
-GPT_OSS_BACKENDS = frozenset({"triton", "trtllm_mha", "fa3", "fa4", "ascend", "intel_amx",
-                              "intel_xpu", "aiter"})
+# SGLang serves these models only on the backends it lists for each; their
+# attention is the op's: sliding windows, sinks (gpt-oss), full layers.
+MODEL_BACKEND_LISTS = {
+    "GptOssForCausalLM": frozenset({"triton", "trtllm_mha", "fa3", "fa4", "ascend",
+                                    "intel_amx", "intel_xpu", "aiter"}),
+    # Exaone 4 with sliding-window layers (config.sliding_window_pattern).
+    "Exaone4ForCausalLM": frozenset({"fa3", "triton", "trtllm_mha"}),
+}
 
 
 def allow_paged_tree_drafts() -> bool:
@@ -66,11 +72,12 @@ def allow_paged_tree_drafts() -> bool:
     return handler is not None and _admit_backend(handler, PAGED_TREE_BACKENDS)
 
 
-def allow_gpt_oss() -> bool:
-    """Let SGLang serve gpt-oss on this backend: its prefill and decode are
-    Triton's, which is on gpt-oss's list, and the verify op applies the model's
-    windows and sinks. The check is in ``model_hook`` (SGLang 0.5.23) or a
-    ServerArgs method (0.5.17)."""
+def allow_windowed_models() -> dict[str, bool]:
+    """Let SGLang serve the models of ``MODEL_BACKEND_LISTS`` on this backend:
+    their prefill and decode are Triton's, which is on each list, and the verify
+    op applies their windows and sinks. The checks are in ``model_hook``
+    (SGLang 0.5.23) or a ServerArgs method (0.5.17). Returns, per model, whether
+    the backend is on its list now."""
     handlers = []
     try:
         from sglang.srt.arg_groups import model_hook
@@ -79,8 +86,10 @@ def allow_gpt_oss() -> bool:
         pass
     from sglang.srt.server_args import ServerArgs
     handlers.append(getattr(ServerArgs, "_handle_model_specific_adjustments", None))
-    admitted = [_admit_backend(h, GPT_OSS_BACKENDS) for h in handlers if h is not None]
-    return any(admitted)
+    handlers = [h for h in handlers if h is not None]
+    # A list, not a generator: every handler is widened, not just the first.
+    return {model: any([_admit_backend(h, backends) for h in handlers])
+            for model, backends in MODEL_BACKEND_LISTS.items()}
 
 
 def create_backend(runner):
