@@ -3,6 +3,7 @@
     python -m bench.full_run              # all parts; JSON and PNG per part in bench_out/full_run/
     python -m bench.full_run --part 3     # one part (the lent H200 allows 10 minutes a call)
     python -m bench.full_run --list       # the parts and their exact commands
+    python -m bench.full_run --readme     # the README's table: its rows, every method
 
 Each part is one ``bench.bench_tree_attn`` (or ``bench.probes.floor_probe``)
 command: together they time all 250 cases of the table for verify_ops,
@@ -63,6 +64,21 @@ PARTS = (
     Part("floor-bs1-4k", "probes.floor_probe", ("--batches", "1", "--contexts", "4096")),
 )
 
+# The README's table: every method on each of its rows, in one run (one device call).
+README_METHODS = "verify_ops,flashinfer,fa3,triton,sdpa"
+README_CASES = (
+    "1/4096/4/32/8/128/fragmented/chain", "1/4096/8/32/8/128/fragmented",
+    "1/65536/4/32/8/128/fragmented/chain", "1/65536/8/32/8/128/fragmented",
+    "1/131072/8/32/8/128/fragmented", "1/4096/8/8/1/128/fragmented",
+    "1/65536/8/8/1/128/fragmented", "1/262144/8/8/1/128/fragmented",
+    "1/65536/8/16/2/256/fragmented", "1/65536/8/32/4/64/fragmented",
+    "1/65536/64/32/8/128/fragmented", "1/65536/64/64/8/128/fragmented",
+    "8/65536/8/32/8/128/fragmented",
+)
+README_PART = Part("readme", "bench_tree_attn",
+                   ("--cases", ",".join(README_CASES), "--methods", README_METHODS,
+                    "--every-case-methods", README_METHODS))
+
 
 def command(part: Part, out_dir: str) -> str:
     return " ".join(["python -m", f"bench.{part.module}", *part.argv(out_dir)])
@@ -82,6 +98,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--part", type=int, choices=range(1, len(PARTS) + 1),
                    help="run only this part (1-based; --list shows them)")
+    p.add_argument("--readme", action="store_true",
+                   help="run the README table's cases with every method instead of the parts")
     p.add_argument("--list", action="store_true", help="print the parts' commands and exit")
     p.add_argument("--out-dir", default="bench_out/full_run")
     return p.parse_args(argv)
@@ -92,6 +110,10 @@ def main(argv=None) -> None:
     if args.list:
         for i, part in enumerate(PARTS, 1):
             print(f"{i}. {part.name}: {command(part, args.out_dir)}")
+        print(f"readme: {command(README_PART, args.out_dir)}")
+        return
+    if args.readme:
+        run(README_PART, args.out_dir)
         return
     for part in ([PARTS[args.part - 1]] if args.part else PARTS):
         run(part, args.out_dir)

@@ -54,8 +54,21 @@ def test_triton_runs_at_batch_1_64k_for_every_draft_count_and_head_shape():
 def test_list_prints_each_parts_exact_command(capsys):
     full_run.main(["--list", "--out-dir", "o"])
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(full_run.PARTS)
+    assert len(lines) == len(full_run.PARTS) + 1
     assert lines[0].startswith("1. bs1-4k16k: python -m bench.bench_tree_attn --batches 1")
     assert lines[0].endswith("--out o/bs1-4k16k.json --plot o/bs1-4k16k.png")
-    assert lines[-1] == ("7. floor-bs1-4k: python -m bench.probes.floor_probe --batches 1 "
+    assert lines[-2] == ("7. floor-bs1-4k: python -m bench.probes.floor_probe --batches 1 "
                          "--contexts 4096 --out o/floor-bs1-4k.json")
+    assert lines[-1].startswith("readme: python -m bench.bench_tree_attn --cases 1/4096/4/")
+
+
+def test_readme_part_times_every_method_on_each_of_its_rows():
+    args = bench_tree_attn.parse_args(full_run.README_PART.argv("o"))
+    shapes = bench_tree_attn.shapes_of(args)
+    assert len(shapes) == len(full_run.README_CASES)
+    chains = [s for s in shapes if s.tree == "chain"]
+    assert chains and all(s.num_drafts == 4 for s in chains)
+    assert {s.seq_len for s in shapes} >= {4096, 65536, 131072, 262144}
+    for shape in shapes:
+        methods = bench_tree_attn.methods_for(shape, args, args.methods.split(","))
+        assert methods == ["verify_ops", "flashinfer", "fa3", "triton", "sdpa"], shape
