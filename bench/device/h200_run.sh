@@ -35,11 +35,14 @@ step smoke 90 python3 graph_tests/sanitize_case.py || { printf '%s\n' "${summary
   ${PYTEST_PATHS:-tests compile_tests graph_tests bench/probes/tests} \
   -q -rs -p no:cacheprovider --continue-on-collection-errors
 # SKIP_SANITIZERS=1 leaves memcheck, synccheck, racecheck and the SASS scan to a later call;
-# RACECHECK_CASES (indices of sanitize_case.py's CASES) narrows racecheck, the slowest.
+# SANITIZE_CASES (indices of sanitize_case.py's CASES) narrows the three, and
+# RACECHECK_CASES racecheck alone, the slowest of them.
+SANITIZE_CASES=${SANITIZE_CASES:-}
+RACECHECK_CASES=${RACECHECK_CASES:-$SANITIZE_CASES}
 if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
-  step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
+  step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 graph_tests/sanitize_case.py $SANITIZE_CASES
   # Barriers and warpgroup instructions reached by only some of their threads.
-  step synccheck 200 compute-sanitizer --tool synccheck --error-exitcode 9 python3 graph_tests/sanitize_case.py
+  step synccheck 200 compute-sanitizer --tool synccheck --error-exitcode 9 python3 graph_tests/sanitize_case.py $SANITIZE_CASES
   step sass 120 python3 graph_tests/wgmma_sass_check.py
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
@@ -48,7 +51,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
 fi
 [ "${SKIP_SGLANG_BENCH:-0}" = 1 ] || step sglang_bench 300 python3 -m bench.sglang_backend_bench \
   --out "$OUT/sglang_backend_bench.json"
-[ "${SKIP_RACECHECK:-0}" = 1 ] || [ "${SKIP_SANITIZERS:-0}" = 1 ] || step racecheck "${RACECHECK_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 python3 graph_tests/sanitize_case.py ${RACECHECK_CASES:-}
+[ "${SKIP_RACECHECK:-0}" = 1 ] || [ "${SKIP_SANITIZERS:-0}" = 1 ] || step racecheck "${RACECHECK_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 python3 graph_tests/sanitize_case.py $RACECHECK_CASES
 if [ -n "${EXTRA:-}" ]; then step extra 400 bash -c "$EXTRA"; fi
 echo "=== gpu ==="; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 echo "=== pytest failures ==="; grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" 2>/dev/null | head -20
