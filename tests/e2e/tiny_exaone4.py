@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from tiny_llama import (
     HEAD_DIM,
     HIDDEN,
@@ -26,7 +24,7 @@ from tiny_llama import (
     MAX_POSITIONS,
     Q_HEADS,
     VOCAB,
-    write_tokenizer,
+    write_hf_model,
 )
 
 # Keys visible to a query on the window layer: itself and the 7 before it.
@@ -41,9 +39,6 @@ def build_tiny_exaone4(root: Path, *, seed: int = 0) -> Path:
     """Write the model under ``root / "tiny-exaone4"`` and return that folder."""
     from transformers import Exaone4Config, Exaone4ForCausalLM
 
-    folder = root / "tiny-exaone4"
-    folder.mkdir(parents=True, exist_ok=True)
-    write_tokenizer(folder)
     config = Exaone4Config(
         vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
         num_hidden_layers=LAYERS, num_attention_heads=Q_HEADS, num_key_value_heads=KV_HEADS,
@@ -52,8 +47,4 @@ def build_tiny_exaone4(root: Path, *, seed: int = 0) -> Path:
         layer_types=["sliding_attention", "full_attention"],
         rope_parameters=ROPE, initializer_range=INIT_STD, tie_word_embeddings=False,
         bos_token_id=0, eos_token_id=1, pad_token_id=1, dtype="float32")
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = Exaone4ForCausalLM(config).float()
-    model.save_pretrained(folder)
-    return folder
+    return write_hf_model(root / "tiny-exaone4", Exaone4ForCausalLM, config, seed=seed)

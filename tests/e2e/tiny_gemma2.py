@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-
 from tiny_llama import (
     HEAD_DIM,
     HIDDEN,
@@ -24,7 +22,7 @@ from tiny_llama import (
     MAX_POSITIONS,
     Q_HEADS,
     VOCAB,
-    write_tokenizer,
+    write_hf_model,
 )
 
 # Keys visible to a query: itself and the 7 before it. The prompts and the
@@ -40,13 +38,16 @@ POST_NORM_WEIGHT = 4.0
 INIT_STD = 0.1
 
 
+def scale_post_norms(model) -> None:
+    for layer in model.model.layers:
+        layer.post_attention_layernorm.weight.fill_(POST_NORM_WEIGHT)
+        layer.post_feedforward_layernorm.weight.fill_(POST_NORM_WEIGHT)
+
+
 def build_tiny_gemma2(root: Path, *, seed: int = 0) -> Path:
     """Write the model under ``root / "tiny-gemma2"`` and return that folder."""
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
-    folder = root / "tiny-gemma2"
-    folder.mkdir(parents=True, exist_ok=True)
-    write_tokenizer(folder)
     config = Gemma2Config(
         vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
         num_hidden_layers=LAYERS, num_attention_heads=Q_HEADS, num_key_value_heads=KV_HEADS,
@@ -54,14 +55,8 @@ def build_tiny_gemma2(root: Path, *, seed: int = 0) -> Path:
         sliding_window=SLIDING_WINDOW, attn_logit_softcapping=ATTN_LOGIT_SOFTCAP,
         final_logit_softcapping=None, initializer_range=INIT_STD,
         bos_token_id=0, eos_token_id=1, pad_token_id=1, dtype="float32")
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = Gemma2ForCausalLM(config).float()
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.post_attention_layernorm.weight.fill_(POST_NORM_WEIGHT)
-            layer.post_feedforward_layernorm.weight.fill_(POST_NORM_WEIGHT)
-    model.save_pretrained(folder)
+    folder = write_hf_model(root / "tiny-gemma2", Gemma2ForCausalLM, config, seed=seed,
+                            init=scale_post_norms)
     # SGLang's Gemma-2 reads ``hidden_act``; transformers 5 writes only ``hidden_activation``.
     config_path = folder / "config.json"
     written = json.loads(config_path.read_text())

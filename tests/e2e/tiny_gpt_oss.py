@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
-from tiny_llama import HIDDEN, KV_HEADS, LAYERS, MAX_POSITIONS, Q_HEADS, VOCAB, write_tokenizer
+from tiny_llama import HIDDEN, KV_HEADS, LAYERS, MAX_POSITIONS, Q_HEADS, VOCAB, write_hf_model
 
 HEAD_DIM = 64  # gpt-oss's own
 # Keys visible to a query on the window layer: itself and the 7 before it.
@@ -32,13 +30,16 @@ INIT_STD, SINK_STD = 0.1, 1.0
 SERVER_ARGS = ("--moe-runner-backend", "triton")
 
 
+def draw_weights(model) -> None:
+    for name, param in model.named_parameters():
+        if "norm" not in name:
+            param.normal_(0, SINK_STD if name.endswith("sinks") else INIT_STD)
+
+
 def build_tiny_gpt_oss(root: Path, *, seed: int = 0) -> Path:
     """Write the model under ``root / "tiny-gpt-oss"`` and return that folder."""
     from transformers import GptOssConfig, GptOssForCausalLM
 
-    folder = root / "tiny-gpt-oss"
-    folder.mkdir(parents=True, exist_ok=True)
-    write_tokenizer(folder)
     config = GptOssConfig(
         vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
         num_attention_heads=Q_HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM,
@@ -48,12 +49,5 @@ def build_tiny_gpt_oss(root: Path, *, seed: int = 0) -> Path:
         max_position_embeddings=MAX_POSITIONS, rope_parameters=ROPE,
         tie_word_embeddings=False, bos_token_id=0, eos_token_id=1, pad_token_id=1,
         dtype="float32")
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = GptOssForCausalLM(config).float()
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if "norm" not in name:
-                    param.normal_(0, SINK_STD if name.endswith("sinks") else INIT_STD)
-    model.save_pretrained(folder)
-    return folder
+    return write_hf_model(root / "tiny-gpt-oss", GptOssForCausalLM, config, seed=seed,
+                          init=draw_weights)

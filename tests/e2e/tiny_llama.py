@@ -46,6 +46,22 @@ def build_tiny_models(root: Path, *, seed: int = 0) -> TinyModels:
     return TinyModels(target, eagle)
 
 
+def write_hf_model(folder: Path, model_class, config, *, seed: int, init=None) -> Path:
+    """A Hugging Face ``model_class(config)`` drawn from ``seed`` (then ``init(model)``,
+    under the same seed and no_grad, where given), saved in fp32 to ``folder`` with
+    the shared tokenizer; returns ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_tokenizer(folder)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = model_class(config).float()
+        if init is not None:
+            with torch.no_grad():
+                init(model)
+    model.save_pretrained(folder)
+    return folder
+
+
 def write_tokenizer(folder: Path) -> None:
     """A byte-level BPE of at most ``VOCAB`` tokens, trained on local text."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
