@@ -96,10 +96,11 @@ def run(part: Part, out_dir: str) -> None:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", type=int, choices=range(1, len(PARTS) + 1),
-                   help="run only this part (1-based; --list shows them)")
-    p.add_argument("--readme", action="store_true",
-                   help="run the README table's cases with every method instead of the parts")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--part", type=int, choices=range(1, len(PARTS) + 1),
+                       help="run only this part (1-based; --list shows them)")
+    which.add_argument("--readme", action="store_true",
+                       help="run the README table's cases with every method instead of the parts")
     p.add_argument("--list", action="store_true", help="print the parts' commands and exit")
     p.add_argument("--out-dir", default="bench_out/full_run")
     return p.parse_args(argv)

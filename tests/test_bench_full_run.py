@@ -3,6 +3,8 @@ with verify_ops and FlashInfer, and time Triton where the targets need it."""
 
 import collections
 
+import pytest
+
 from bench import bench_tree_attn, full_run
 from bench.probes import floor_probe
 
@@ -60,6 +62,12 @@ def test_list_prints_each_parts_exact_command(capsys):
     assert lines[-2] == ("7. floor-bs1-4k: python -m bench.probes.floor_probe --batches 1 "
                          "--contexts 4096 --out o/floor-bs1-4k.json")
     assert lines[-1].startswith("readme: python -m bench.bench_tree_attn --cases 1/4096/4/")
+
+
+def test_readme_and_part_are_not_taken_together(capsys):
+    with pytest.raises(SystemExit):
+        full_run.parse_args(["--readme", "--part", "1"])
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 def test_readme_part_times_every_method_on_each_of_its_rows():
